@@ -1,0 +1,176 @@
+"""Recording how an attempt ended: one decision, one guarded write.
+
+:func:`decide` classifies a finished attempt into an :class:`Ack` (the target
+state and the fields to write); :func:`apply` writes it with
+:func:`durable_jobs.states.transition`, guarded by ``state = 'leased'`` and the
+lease token. A worker whose lease was lost (rescued by another node, cancelled by
+an operator, handed back) therefore changes nothing: its write matches no row.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import traceback as tb
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db.models import F
+
+from durable_jobs import registry
+from durable_jobs.backoff import exponential
+from durable_jobs.db import backend_for
+from durable_jobs.exceptions import LeaseExpired, UnknownJob, WorkerStopped
+from durable_jobs.logging import log_event
+from durable_jobs.models import Attempt, Job, Outcome
+from durable_jobs.states import State, transition
+from durable_jobs.worker.execute import RunResult
+
+#: Outcomes that give the attempt back: they are not failures of the job.
+GIVEN_BACK = frozenset({Outcome.SNOOZED, Outcome.INTERRUPTED})
+FAILURES = frozenset({Outcome.FAILED, Outcome.TIMED_OUT, Outcome.LOST})
+
+EVENT_LEVELS = {
+    "completed": logging.INFO,
+    "retrying": logging.WARNING,
+    "dead": logging.ERROR,
+    "cancelled": logging.INFO,
+    "snoozed": logging.INFO,
+    "handed back": logging.WARNING,
+}
+
+
+@dataclass
+class Ack:
+    job: Job
+    lease_token: Any
+    target: State
+    changes: dict[str, Any]
+    attempt: Attempt
+    event: str
+    error: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def decide(result: RunResult, *, node: str) -> Ack:
+    """The state and fields an attempt's outcome leads to."""
+    job, outcome, now = result.job, result.outcome, result.finished_at
+    error_class, error_message, trace = describe_error(result.error)
+    changes: dict[str, Any] = {
+        "updated_at": now,
+        "lease_expires_at": None,
+        "leased_by": None,
+    }
+    event: str
+    if outcome == Outcome.COMPLETED:
+        target, event = State.COMPLETED, "completed"
+        changes.update(finished_at=now, result=result.value, last_error="")
+        if job.progress is not None:
+            changes["progress"] = 100.0
+    elif outcome in GIVEN_BACK:
+        target = State.QUEUED
+        event = "snoozed" if outcome == Outcome.SNOOZED else "handed back"
+        delay = datetime.timedelta(seconds=result.snooze_seconds)
+        changes.update(available_at=now + delay, attempts=F("attempts") - 1)
+    elif outcome == Outcome.CANCELLED:
+        target, event = State.CANCELLED, "cancelled"
+        changes.update(finished_at=now, last_error=error_message)
+    elif outcome == Outcome.DISCARDED or job.attempts > job.max_retries:
+        target, event = State.DEAD, "dead"
+        changes.update(finished_at=now, last_error=error_message)
+    else:
+        target, event = State.RETRYING, "retrying"
+        delay = datetime.timedelta(seconds=retry_delay(job))
+        changes.update(available_at=now + delay, last_error=error_message)
+    attempt = Attempt(
+        job_id=job.pk,
+        number=job.attempts,
+        node=node,
+        started_at=result.started_at,
+        finished_at=result.finished_at,
+        duration=result.duration,
+        outcome=outcome,
+        error_class=error_class,
+        error_message=error_message,
+        traceback=trace,
+        log="\n".join(result.log_lines),
+    )
+    return Ack(job, job.lease_token, target, changes, attempt, event, error_message or None)
+
+
+def apply(ack: Ack, *, using: str | None = None) -> bool:
+    """Write ``ack`` if the job is still leased under the same token; True if it was."""
+    backend = backend_for(using)
+    leased = Job.objects.using(backend.alias).filter(
+        pk=ack.job.pk, state=State.LEASED, lease_token=ack.lease_token
+    )
+    with backend.write_transaction():
+        if transition(leased, ack.target, **ack.changes) != 1:
+            moved = False
+        else:
+            ack.attempt.save(using=backend.alias, force_insert=True)
+            moved = True
+    if moved:
+        ack.job.state = ack.target
+        log_event(
+            EVENT_LEVELS.get(ack.event, logging.INFO),
+            ack.event,
+            ack.job,
+            node=ack.attempt.node,
+            duration_ms=round(ack.attempt.duration.total_seconds() * 1000, 3),
+            error=ack.error,
+            outcome=ack.attempt.outcome,
+            **ack.extra,
+        )
+    else:
+        log_event(
+            logging.WARNING,
+            "acknowledgement rejected: the lease was lost",
+            ack.job,
+            node=ack.attempt.node,
+            outcome=ack.attempt.outcome,
+        )
+    return moved
+
+
+def retry_delay(job: Job) -> float:
+    """Seconds before the next attempt, from the handler's backoff (default: exponential)."""
+    try:
+        backoff = registry.get_handler(job.name).backoff
+    except UnknownJob:
+        backoff = exponential
+    return max(0.0, float(backoff(job.attempts)))
+
+
+def describe_error(error: BaseException | None) -> tuple[str, str, str]:
+    """(class path, the whole cause chain as text, the formatted traceback)."""
+    if error is None:
+        return "", "", ""
+    cls = type(error)
+    chain, seen = [], set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        chain.append(f"{type(current).__qualname__}: {current}")
+        current = current.__cause__ or (
+            None if current.__suppress_context__ else current.__context__
+        )
+    message = "\ncaused by: ".join(chain)
+    trace = "".join(tb.format_exception(error)) if error.__traceback__ else ""
+    return f"{cls.__module__}.{cls.__qualname__}", message, trace
+
+
+def unreported_result(job: Job, *, now: datetime.datetime, outcome: Outcome) -> RunResult:
+    """A result for an attempt that never reported: its lease expired, or its worker stopped."""
+    error: BaseException
+    if outcome == Outcome.LOST:
+        error = LeaseExpired(
+            f"the lease expired at {job.lease_expires_at:%Y-%m-%d %H:%M:%S} UTC without a "
+            "report: the worker died, hung, or lost its database connection"
+        )
+    else:
+        error = WorkerStopped("the worker stopped before the job finished; the job was handed back")
+    started = job.attempted_at or now
+    return RunResult(
+        job=job, outcome=outcome, started_at=started, finished_at=max(now, started), error=error
+    )

@@ -1,0 +1,17 @@
+from django.apps import AppConfig
+from django.db.backends.signals import connection_created
+from django.utils.module_loading import autodiscover_modules
+
+
+class DurableJobsConfig(AppConfig):
+    name = "durable_jobs"
+    verbose_name = "Durable jobs"
+    default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from durable_jobs import checks  # noqa: F401  (registers the system checks)
+        from durable_jobs.db.sqlite import configure_connection
+
+        connection_created.connect(configure_connection, dispatch_uid="durable_jobs.sqlite")
+        # Handlers register themselves when each installed app's jobs.py is imported.
+        autodiscover_modules("jobs")

@@ -1,0 +1,186 @@
+"""System checks: misconfiguration fails ``manage.py check``, not a worker at 3 a.m.
+
+IDs are stable; each is documented with its fix in ``docs/checks.rst``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from django.apps import AppConfig
+from django.conf import settings
+from django.core.checks import CheckMessage, Error, Warning, register
+from django.db import connections
+
+from durable_jobs.conf import DEFAULTS, SETTINGS_NAME, merged_settings
+
+HINT_DOCS = "See the settings reference in the durable_jobs documentation."
+
+
+@register()
+def check_settings(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
+) -> list[CheckMessage]:
+    errors: list[CheckMessage] = []
+    raw = getattr(settings, SETTINGS_NAME, {})
+    if not isinstance(raw, dict):
+        return [
+            Error(
+                f"{SETTINGS_NAME} must be a dict, not {type(raw).__name__}.",
+                hint=HINT_DOCS,
+                id="durable_jobs.E001",
+            )
+        ]
+    unknown = sorted(set(raw) - set(DEFAULTS))
+    if unknown:
+        errors.append(
+            Error(
+                f"{SETTINGS_NAME} has unknown keys: {', '.join(unknown)}.",
+                hint=f"Valid keys: {', '.join(sorted(DEFAULTS))}.",
+                id="durable_jobs.E002",
+            )
+        )
+    merged = merged_settings()
+    errors += _check_queues(merged["QUEUES"])
+    errors += _check_timing(merged)
+    redact = merged["REDACT_KEYS"]
+    if not isinstance(redact, list | tuple) or not all(isinstance(k, str) and k for k in redact):
+        errors.append(
+            Error(
+                "REDACT_KEYS must be a list of non-empty strings.",
+                hint='For example "REDACT_KEYS": ["password", "token"].',
+                id="durable_jobs.E005",
+            )
+        )
+    if not settings.USE_TZ:
+        errors.append(
+            Error(
+                "durable_jobs needs USE_TZ = True: job times are aware datetimes in UTC.",
+                hint="Set USE_TZ = True in your settings.",
+                id="durable_jobs.E006",
+            )
+        )
+    return errors
+
+
+def _check_queues(queues: Any) -> list[CheckMessage]:
+    if not isinstance(queues, dict) or not queues:
+        return [
+            Error(
+                "QUEUES must be a non-empty dict of queue name -> options.",
+                hint='For example "QUEUES": {"default": {"concurrency": 10}}.',
+                id="durable_jobs.E003",
+            )
+        ]
+    errors: list[CheckMessage] = []
+    for name, options in queues.items():
+        if not isinstance(name, str) or not name or len(name) > 100 or ":" in name or "," in name:
+            errors.append(
+                Error(
+                    f"Queue name {name!r} is invalid.",
+                    hint="Queue names are 1-100 characters without ':' or ','.",
+                    id="durable_jobs.E003",
+                )
+            )
+            continue
+        concurrency = (options or {}).get("concurrency", 10) if isinstance(options, dict) else None
+        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+            errors.append(
+                Error(
+                    f"Queue {name!r}: concurrency must be an integer >= 1 (got {concurrency!r}).",
+                    hint=f'For example "QUEUES": {{"{name}": {{"concurrency": 10}}}}.',
+                    id="durable_jobs.E003",
+                )
+            )
+    return errors
+
+
+def _check_timing(merged: dict[str, Any]) -> list[CheckMessage]:
+    errors: list[CheckMessage] = []
+    numbers = (
+        "LEASE_SECONDS",
+        "HEARTBEAT_SECONDS",
+        "SHUTDOWN_GRACE_SECONDS",
+        "POLL_INTERVAL",
+        "BACKOFF_BASE_SECONDS",
+        "BACKOFF_MAX_SECONDS",
+    )
+    for key in numbers:
+        value = merged[key]
+        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+            errors.append(
+                Error(
+                    f"{key} must be a number >= 0 (got {value!r}).",
+                    hint=HINT_DOCS,
+                    id="durable_jobs.E004",
+                )
+            )
+    prune = merged["PRUNE_AFTER_DAYS"]
+    if prune is not None and (
+        isinstance(prune, bool) or not isinstance(prune, int | float) or prune <= 0
+    ):
+        errors.append(
+            Error(
+                f"PRUNE_AFTER_DAYS must be a positive number or None (got {prune!r}).",
+                hint="None keeps finished jobs forever.",
+                id="durable_jobs.E004",
+            )
+        )
+    retries = merged["DEFAULT_MAX_RETRIES"]
+    if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+        errors.append(
+            Error(
+                f"DEFAULT_MAX_RETRIES must be an integer >= 0 (got {retries!r}).",
+                hint=HINT_DOCS,
+                id="durable_jobs.E004",
+            )
+        )
+    if errors:
+        return errors
+    lease, beat = merged["LEASE_SECONDS"], merged["HEARTBEAT_SECONDS"]
+    if lease <= 0 or beat <= 0 or beat * 2 > lease:
+        errors.append(
+            Error(
+                f"HEARTBEAT_SECONDS ({beat}) must be positive and at most half of "
+                f"LEASE_SECONDS ({lease}), or running jobs lose their leases between heartbeats.",
+                hint="For example LEASE_SECONDS 60 with HEARTBEAT_SECONDS 10.",
+                id="durable_jobs.E004",
+            )
+        )
+    return errors
+
+
+@register(deploy=False)
+def check_databases(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
+) -> list[CheckMessage]:
+    from durable_jobs.db import SUPPORTED_VENDORS, job_db_alias
+
+    alias = job_db_alias()
+    if alias not in connections.settings:
+        return []
+    connection = connections[alias]
+    messages: list[CheckMessage] = []
+    if connection.vendor not in SUPPORTED_VENDORS:
+        messages.append(
+            Error(
+                f"Database {alias!r} uses {connection.vendor}, which durable_jobs does not "
+                "support yet.",
+                hint="Use PostgreSQL or SQLite for the database that holds the jobs.",
+                id="durable_jobs.E007",
+            )
+        )
+    elif connection.vendor == "sqlite":
+        mode = (connection.settings_dict.get("OPTIONS") or {}).get("transaction_mode")
+        if (mode or "").upper() != "IMMEDIATE":
+            messages.append(
+                Warning(
+                    f"SQLite database {alias!r} starts transactions in DEFERRED mode; an "
+                    "enqueue inside transaction.atomic() may fail with 'database is locked' "
+                    "while a worker writes.",
+                    hint=f"Set DATABASES[{alias!r}]['OPTIONS']['transaction_mode'] = 'IMMEDIATE'.",
+                    id="durable_jobs.W001",
+                )
+            )
+    return messages

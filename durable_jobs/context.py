@@ -1,0 +1,79 @@
+"""``JobContext``: what a ``takes_context=True`` handler learns about its own run."""
+
+from __future__ import annotations
+
+import datetime
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+
+from durable_jobs.logging import JobLoggerAdapter
+
+if TYPE_CHECKING:
+    from durable_jobs.models import Job
+
+#: ``progress()`` writes at most this often (seconds), except for 0 and 100.
+PROGRESS_MIN_INTERVAL = 1.0
+
+
+@dataclass
+class JobContext:
+    job: Job
+    logger: JobLoggerAdapter
+    lease_seconds: float = 60.0
+    _last_progress_write: float = field(default=0.0, repr=False)
+
+    @property
+    def attempt(self) -> int:
+        """1 on the first attempt."""
+        return self.job.attempts
+
+    @property
+    def idempotency_key(self) -> str | None:
+        return self.job.idempotency_key
+
+    @property
+    def schedule_id(self) -> str | None:
+        return self.job.schedule_info.get("id")
+
+    @property
+    def scheduled_run_at(self) -> datetime.datetime | None:
+        return _parse(self.job.schedule_info.get("scheduled_run_at"))
+
+    @property
+    def run_timestamp(self) -> datetime.datetime | None:
+        return _parse(self.job.schedule_info.get("run_timestamp"))
+
+    def progress(self, percent: float) -> None:
+        """Record how far the job has got (0-100). Writes are throttled to about one a second."""
+        percent = max(0.0, min(100.0, float(percent)))
+        self.job.progress = percent
+        now = time.monotonic()
+        if percent not in (0.0, 100.0) and now - self._last_progress_write < PROGRESS_MIN_INTERVAL:
+            return
+        self._last_progress_write = now
+        self._leased().update(progress=percent, updated_at=timezone.now())
+
+    def heartbeat(self) -> bool:
+        """Extend this job's lease now. False means the lease was lost: stop work that matters."""
+        expires = timezone.now() + datetime.timedelta(seconds=self.lease_seconds)
+        return self._leased().update(lease_expires_at=expires) == 1
+
+    def _leased(self) -> Any:
+        from durable_jobs.models import Job
+        from durable_jobs.states import State
+
+        return Job.objects.filter(
+            pk=self.job.pk, state=State.LEASED, lease_token=self.job.lease_token
+        )
+
+
+def _parse(value: Any) -> datetime.datetime | None:
+    if isinstance(value, datetime.datetime):
+        return value
+    if isinstance(value, str):
+        return parse_datetime(value)
+    return None

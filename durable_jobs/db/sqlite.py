@@ -1,0 +1,117 @@
+"""SQLite: claims inside one ``BEGIN IMMEDIATE`` transaction, WAL, and a busy timeout.
+
+SQLite has one writer at a time. Taking the write lock at ``BEGIN`` (IMMEDIATE)
+rather than at the first write means a transaction that reads then writes can wait
+for the lock (the busy timeout) instead of failing with "database is locked" when
+another connection got there first.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+from django.db import transaction
+
+from durable_jobs.db.base import Backend
+
+if TYPE_CHECKING:
+    from durable_jobs.models import Job
+
+# Inside the IMMEDIATE transaction no other connection can write, so selecting the
+# ids and then leasing them cannot race.
+PICK_SQL = """
+SELECT id FROM {table}
+WHERE queue = %(queue)s
+  AND state IN ({sources})
+  AND available_at <= %(now)s
+ORDER BY priority DESC, available_at, id
+LIMIT %(limit)s
+"""
+
+LEASE_SQL = """
+UPDATE {table}
+SET state = %(target)s,
+    attempts = attempts + 1,
+    attempted_at = %(now)s,
+    updated_at = %(now)s,
+    lease_expires_at = %(lease_expires_at)s,
+    lease_token = %(lease_token)s,
+    leased_by_id = %(node_id)s
+WHERE id IN ({ids})
+RETURNING *
+"""
+
+#: Milliseconds a connection waits for the write lock before "database is locked".
+BUSY_TIMEOUT_MS = 20_000
+
+
+class SQLiteBackend(Backend):
+    vendor = "sqlite"
+
+    @contextlib.contextmanager
+    def write_transaction(self) -> Iterator[None]:
+        connection: Any = self.connection
+        if connection.in_atomic_block:
+            # Already inside a transaction (a caller's, or a test's): nest as a savepoint.
+            with transaction.atomic(using=self.alias):
+                yield
+            return
+        # Connect first: connecting resets transaction_mode from the settings.
+        connection.ensure_connection()
+        previous = connection.transaction_mode
+        connection.transaction_mode = "IMMEDIATE"
+        try:
+            with transaction.atomic(using=self.alias):
+                connection.transaction_mode = previous
+                yield
+        finally:
+            connection.transaction_mode = previous
+
+    def claim(
+        self,
+        *,
+        queue: str,
+        limit: int,
+        node_id: int | None,
+        lease_seconds: float,
+        sources: Sequence[str],
+        target: str,
+    ) -> list[Job]:
+        from durable_jobs.models import Job
+
+        table = self.connection.ops.quote_name(Job._meta.db_table)
+        params: dict[str, Any] = {
+            "queue": queue,
+            "limit": limit,
+            "target": target,
+            "node_id": node_id,
+            **self.claim_params(lease_seconds),
+        }
+        with self.write_transaction():
+            with self.connection.cursor() as cursor:
+                cursor.execute(
+                    PICK_SQL.format(table=table, sources=self.state_list(sources)), params
+                )
+                ids = [row[0] for row in cursor.fetchall()]
+            if not ids:
+                return []
+            id_params = {f"id{i}": pk for i, pk in enumerate(ids)}
+            lease_sql = LEASE_SQL.format(table=table, ids=", ".join(f"%({k})s" for k in id_params))
+            return list(Job.objects.using(self.alias).raw(lease_sql, {**params, **id_params}))
+
+
+def configure_connection(sender: Any, connection: Any, **kwargs: Any) -> None:
+    """``connection_created`` hook: WAL mode and a generous busy timeout for SQLite."""
+    if connection.vendor != "sqlite":
+        return
+    from durable_jobs.conf import get_settings
+
+    with connection.cursor() as cursor:
+        cursor.execute("PRAGMA busy_timeout")
+        # Keep a longer timeout the project configured ("OPTIONS": {"timeout": ...}).
+        if cursor.fetchone()[0] < BUSY_TIMEOUT_MS:
+            cursor.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        if get_settings().sqlite_wal and not connection.is_in_memory_db():
+            cursor.execute("PRAGMA journal_mode = WAL")

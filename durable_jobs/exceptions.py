@@ -1,0 +1,72 @@
+"""Outcomes a handler may raise, and the errors durable_jobs raises.
+
+Each class's docstring is its default message.
+"""
+
+from __future__ import annotations
+
+
+class Snooze(Exception):
+    """Run this job again later; the attempt is given back."""
+
+    def __init__(self, seconds: float = 60) -> None:
+        if seconds < 0:
+            raise ValueError("Snooze(seconds) needs a number of seconds >= 0")
+        self.seconds = float(seconds)
+        super().__init__(f"snoozed for {self.seconds:g}s")
+
+
+class Cancel(Exception):
+    """The job is no longer wanted; it moves to ``cancelled`` without retrying."""
+
+    def __init__(self, reason: str = "cancelled by the handler") -> None:
+        self.reason = reason
+        super().__init__(reason)
+
+
+class Discard(Exception):
+    """The job can never succeed; it moves to ``dead`` at once, without retrying."""
+
+    def __init__(self, reason: str = "discarded by the handler") -> None:
+        self.reason = reason
+        super().__init__(reason)
+
+
+class DurableJobsError(Exception):
+    """Base class of the errors durable_jobs raises."""
+
+
+class EnqueueError(DurableJobsError, ValueError):
+    """The job cannot be enqueued as asked; nothing was written."""
+
+
+class UnknownJob(DurableJobsError, LookupError):
+    """No handler is registered under this name."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        super().__init__(
+            f"No job handler is registered under the name {name!r}. Decorate the function "
+            "with @job in an installed app's jobs.py (or give @job(name=...) this name), "
+            "and check the spelling."
+        )
+
+
+class PayloadMismatch(DurableJobsError, TypeError):
+    """A stored payload no longer binds to its handler's signature."""
+
+
+class JobTimeout(DurableJobsError, TimeoutError):
+    """The job ran longer than its timeout."""
+
+
+class ImproperlyConfiguredQueue(DurableJobsError):
+    """A worker was asked to serve queues in a form it cannot parse."""
+
+
+class LeaseExpired(DurableJobsError):
+    """The attempt's lease expired before its worker reported: the worker died or hung."""
+
+
+class WorkerStopped(DurableJobsError):
+    """The worker stopped before the job finished; the job was handed back to the queue."""

@@ -1,0 +1,175 @@
+"""``@job``: turns a function into a named, durable job handler."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import inspect
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
+
+from durable_jobs import payload as payloads
+from durable_jobs import registry
+from durable_jobs.backoff import Backoff, backoff_from
+from durable_jobs.exceptions import EnqueueError
+
+if TYPE_CHECKING:
+    from durable_jobs.models import Job
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+PRIORITY_MIN, PRIORITY_MAX = -100, 100
+
+
+@dataclasses.dataclass(frozen=True)
+class EnqueueOptions:
+    """Per-enqueue options given to :meth:`JobHandler.using`."""
+
+    queue: str | None = None
+    priority: int | None = None
+    run_at: datetime.datetime | None = None
+    run_in: datetime.timedelta | None = None
+    idempotency_key: str | None = None
+    max_retries: int | None = None
+    meta: Mapping[str, Any] | None = None
+
+
+class JobHandler(Generic[P, R]):
+    """A registered job handler. Call it to run in-process; ``.delay()`` to enqueue."""
+
+    def __init__(
+        self,
+        func: Callable[P, R],
+        *,
+        name: str | None = None,
+        queue: str = "default",
+        priority: int = 0,
+        max_retries: int | None = None,
+        timeout: float | None = None,
+        backoff: Backoff | Sequence[float] | None = None,
+        takes_context: bool = False,
+    ) -> None:
+        self.func = func
+        self.name = name or f"{func.__module__}.{func.__qualname__}"
+        self.queue = _check_queue(queue, self.name)
+        self.priority = _check_priority(priority, self.name)
+        self.max_retries = _check_retries(max_retries, self.name)
+        if timeout is not None and timeout <= 0:
+            raise ValueError(
+                f"@job(timeout=...) of {self.name} must be a positive number of seconds"
+            )
+        self.timeout = timeout
+        self.backoff = backoff_from(backoff)
+        self.takes_context = takes_context
+        self.is_async = inspect.iscoroutinefunction(func)
+        self.signature = payloads.parameters(func, takes_context=takes_context)
+        self.__doc__ = func.__doc__
+        self.__name__ = getattr(func, "__name__", self.name)
+        self.__qualname__ = getattr(func, "__qualname__", self.name)
+        self.__module__ = func.__module__
+        self.__wrapped__ = func
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        """Run the function directly, in this process; no job is created."""
+        return self.func(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<job {self.name} queue={self.queue}>"
+
+    def using(
+        self,
+        *,
+        queue: str | None = None,
+        priority: int | None = None,
+        run_at: datetime.datetime | None = None,
+        run_in: datetime.timedelta | None = None,
+        idempotency_key: str | None = None,
+        max_retries: int | None = None,
+        meta: Mapping[str, Any] | None = None,
+    ) -> ConfiguredJob[P, R]:
+        """Options for the next enqueue: ``send_receipt.using(run_in=...).delay(order_id=1)``."""
+        return ConfiguredJob(
+            self,
+            EnqueueOptions(queue, priority, run_at, run_in, idempotency_key, max_retries, meta),
+        )
+
+    def delay(self, *args: P.args, **kwargs: P.kwargs) -> Job:
+        """Enqueue this job with the given keyword arguments; return the ``Job`` row."""
+        return ConfiguredJob(self, EnqueueOptions()).delay(*args, **kwargs)
+
+    def check_arguments(self, args: tuple, kwargs: Mapping[str, Any]) -> dict[str, Any]:
+        """Validate a call's arguments and return them as a JSON payload."""
+        payloads.check_binds(self.name, self.signature, args, kwargs)
+        return payloads.check_json(self.name, kwargs)
+
+
+class ConfiguredJob(Generic[P, R]):
+    """A handler with enqueue options applied; returned by :meth:`JobHandler.using`."""
+
+    def __init__(self, handler: JobHandler[P, R], options: EnqueueOptions) -> None:
+        self.handler = handler
+        self.options = options
+
+    def using(self, **changes: Any) -> ConfiguredJob[P, R]:
+        return ConfiguredJob(self.handler, dataclasses.replace(self.options, **changes))
+
+    def delay(self, *args: P.args, **kwargs: P.kwargs) -> Job:
+        from durable_jobs.enqueueing import enqueue_job
+
+        return enqueue_job(self.handler, self.handler.check_arguments(args, kwargs), self.options)
+
+
+@overload
+def job(func: Callable[P, R], /) -> JobHandler[P, R]: ...
+
+
+@overload
+def job(
+    *,
+    name: str | None = None,
+    queue: str = "default",
+    priority: int = 0,
+    max_retries: int | None = None,
+    timeout: float | None = None,
+    backoff: Backoff | Sequence[float] | None = None,
+    takes_context: bool = False,
+) -> Callable[[Callable[P, R]], JobHandler[P, R]]: ...
+
+
+def job(func: Any = None, /, **options: Any) -> Any:
+    """Register a function as a durable job handler.
+
+    Usable bare (``@job``) or with options (``@job(queue="emails", max_retries=5)``).
+    """
+
+    def decorate(f: Callable[P, R]) -> JobHandler[P, R]:
+        handler: JobHandler[P, R] = JobHandler(f, **options)
+        registry.register(handler)
+        return handler
+
+    return decorate(func) if func is not None else decorate
+
+
+def _check_queue(queue: Any, name: str) -> str:
+    if not isinstance(queue, str) or not queue or len(queue) > 100:
+        raise EnqueueError(f"{name}: queue must be a non-empty string of at most 100 characters")
+    return queue
+
+
+def _check_priority(priority: Any, name: str) -> int:
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise EnqueueError(f"{name}: priority must be an integer from -100 to 100")
+    if not PRIORITY_MIN <= priority <= PRIORITY_MAX:
+        raise EnqueueError(
+            f"{name}: priority {priority} is out of range; use -100 (last) to 100 (first)"
+        )
+    return priority
+
+
+def _check_retries(max_retries: Any, name: str) -> int | None:
+    if max_retries is None:
+        return None
+    if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
+        raise EnqueueError(f"{name}: max_retries must be an integer >= 0")
+    return max_retries

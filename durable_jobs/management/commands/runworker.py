@@ -1,0 +1,104 @@
+"""``manage.py runworker``: parse options, then hand over to :class:`durable_jobs.worker.Worker`."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from durable_jobs.exceptions import ImproperlyConfiguredQueue
+from durable_jobs.worker import Worker, parse_queues
+
+
+def positive_float(value: str) -> float:
+    number = float(value)
+    if number <= 0:
+        raise ValueError(value)
+    return number
+
+
+def positive_int(value: str) -> int:
+    number = int(value)
+    if number <= 0:
+        raise ValueError(value)
+    return number
+
+
+class Command(BaseCommand):
+    help = (
+        "Run a worker that claims and runs durable jobs. The first SIGTERM/SIGINT stops "
+        "claiming and waits for running jobs; a second exits at once."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--queues",
+            default=None,
+            help="Queues to serve as name[:concurrency],... (default: every queue in "
+            'DURABLE_JOBS["QUEUES"]). Example: default,emails:5',
+        )
+        parser.add_argument(
+            "--concurrency",
+            type=positive_int,
+            default=None,
+            help="Concurrency for queues given without :N.",
+        )
+        parser.add_argument(
+            "--burst",
+            action="store_true",
+            help="Process the jobs available now, then exit 0.",
+        )
+        parser.add_argument(
+            "--max-jobs", type=positive_int, default=None, help="Exit 0 after running N jobs."
+        )
+        parser.add_argument(
+            "--lease-seconds",
+            type=positive_float,
+            default=None,
+            help="Lease length for claimed jobs.",
+        )
+        parser.add_argument(
+            "--shutdown-grace",
+            type=float,
+            default=None,
+            help="Seconds a stopping worker waits for running jobs before handing them back.",
+        )
+        parser.add_argument(
+            "--poll-interval", type=positive_float, default=None, help="Seconds between polls."
+        )
+        parser.add_argument("--name", default=None, help="Node name (default: a synthetic one).")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        try:
+            queues = parse_queues(options["queues"], options["concurrency"])
+        except ImproperlyConfiguredQueue as exc:
+            raise CommandError(str(exc)) from None
+        if options["shutdown_grace"] is not None and options["shutdown_grace"] < 0:
+            raise CommandError("--shutdown-grace must be >= 0 seconds")
+        _ensure_log_output(options["verbosity"])
+        worker = Worker(
+            queues,
+            burst=options["burst"],
+            max_jobs=options["max_jobs"],
+            lease_seconds=options["lease_seconds"],
+            shutdown_grace=options["shutdown_grace"],
+            poll_interval=options["poll_interval"],
+            name=options["name"],
+        )
+        worker.install_signal_handlers()
+        code = worker.run()
+        if code:
+            sys.exit(code)
+
+
+def _ensure_log_output(verbosity: int) -> None:
+    """Show the worker's lifecycle lines when the project configured no handler for them."""
+    package_logger = logging.getLogger("durable_jobs")
+    if package_logger.handlers or logging.getLogger().handlers:
+        return
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    package_logger.addHandler(handler)
+    package_logger.setLevel(logging.DEBUG if verbosity >= 2 else logging.INFO)

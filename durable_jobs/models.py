@@ -1,0 +1,155 @@
+"""The durable records: jobs, their attempts, and the worker nodes that run them.
+
+Timestamps are always written from Django's ``timezone.now()`` (the application
+clock), never the database clock, so SQLite and PostgreSQL agree and tests can
+control time.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+
+from durable_jobs.states import CLAIMABLE, FINAL, State
+
+
+class Outcome(models.TextChoices):
+    """How one attempt ended."""
+
+    COMPLETED = "completed", "Completed"
+    FAILED = "failed", "Failed"
+    TIMED_OUT = "timed_out", "Timed out"
+    SNOOZED = "snoozed", "Snoozed"
+    CANCELLED = "cancelled", "Cancelled"
+    DISCARDED = "discarded", "Discarded"
+    LOST = "lost", "Lost (lease expired)"
+    INTERRUPTED = "interrupted", "Interrupted (worker stopped)"
+
+
+def _claimable() -> Q:
+    return Q(state__in=sorted(CLAIMABLE))
+
+
+class Node(models.Model):
+    """One running worker process."""
+
+    name = models.CharField(max_length=100, unique=True, help_text="Synthetic, never the host.")
+    pid = models.PositiveIntegerField()
+    queues = models.JSONField(default=dict, help_text="Queue name -> concurrency on this node.")
+    concurrency = models.PositiveIntegerField(default=0)
+    started_at = models.DateTimeField(default=timezone.now)
+    last_heartbeat_at = models.DateTimeField(default=timezone.now, db_index=True)
+    stopping = models.BooleanField(default=False)
+
+    class Meta:
+        ordering = ["-started_at"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Job(models.Model):
+    id = models.BigAutoField(primary_key=True)
+    queue = models.CharField(max_length=100, default="default")
+    name = models.CharField(max_length=255, help_text="The handler's registered name.")
+    payload = models.JSONField(default=dict, help_text="Keyword arguments for the handler.")
+    idempotency_key = models.CharField(max_length=255, null=True, blank=True, unique=True)
+    state = models.CharField(max_length=16, choices=State.choices, default=State.QUEUED)
+    priority = models.SmallIntegerField(default=0, help_text="-100..100; higher runs first.")
+    attempts = models.PositiveIntegerField(default=0)
+    max_retries = models.PositiveIntegerField(default=10)
+    timeout = models.FloatField(null=True, blank=True, help_text="Seconds; none when empty.")
+    available_at = models.DateTimeField(default=timezone.now)
+    attempted_at = models.DateTimeField(null=True, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    # The node holding the current lease; cleared when the lease ends (see Attempt.node).
+    leased_by = models.ForeignKey(
+        Node, null=True, blank=True, on_delete=models.SET_NULL, related_name="jobs"
+    )
+    lease_token = models.UUIDField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    result = models.JSONField(null=True, blank=True)
+    progress = models.FloatField(null=True, blank=True)
+    last_error = models.TextField(blank=True, default="")
+    meta = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["-id"]
+        indexes = [
+            # The claim: per queue, highest priority first, then FIFO. Partial, so it
+            # only holds the (few) waiting jobs however many finished ones accumulate.
+            models.Index(
+                fields=["queue", "-priority", "available_at", "id"],
+                name="durable_job_claim_idx",
+                condition=_claimable(),
+            ),
+            # Rescue of expired leases.
+            models.Index(
+                fields=["lease_expires_at"],
+                name="durable_job_lease_idx",
+                condition=Q(state=State.LEASED),
+            ),
+            # Pruning of finished jobs and the admin's "finished" listings.
+            models.Index(
+                fields=["finished_at"],
+                name="durable_job_finished_idx",
+                condition=Q(state__in=sorted(FINAL)),
+            ),
+            # The admin's common filters.
+            models.Index(fields=["state", "queue"], name="durable_job_state_queue_idx"),
+            models.Index(fields=["name", "state"], name="durable_job_name_idx"),
+            models.Index(fields=["created_at"], name="durable_job_created_idx"),
+        ]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(priority__gte=-100, priority__lte=100),
+                name="durable_job_priority_range",
+            ),
+            models.CheckConstraint(
+                condition=Q(state__in=[s.value for s in State]),
+                name="durable_job_state_valid",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name}#{self.pk} ({self.state})"
+
+    @property
+    def is_final(self) -> bool:
+        return self.state in FINAL
+
+    @property
+    def schedule_info(self) -> dict[str, Any]:
+        """Set on jobs a durable schedule created: id, scheduled and run times."""
+        info = (self.meta or {}).get("schedule")
+        return info if isinstance(info, dict) else {}
+
+
+class Attempt(models.Model):
+    """One try at running a job, kept for as long as the job is."""
+
+    id = models.BigAutoField(primary_key=True)
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="attempt_set")
+    number = models.PositiveIntegerField()
+    # The node's name, as text: Node rows go when their process stops, the history stays.
+    node = models.CharField(max_length=100, blank=True, default="")
+    started_at = models.DateTimeField()
+    finished_at = models.DateTimeField()
+    duration = models.DurationField()
+    outcome = models.CharField(max_length=16, choices=Outcome.choices)
+    error_class = models.CharField(max_length=255, blank=True, default="")
+    error_message = models.TextField(blank=True, default="", help_text="The whole cause chain.")
+    traceback = models.TextField(blank=True, default="")
+    log = models.TextField(blank=True, default="", help_text="Lines logged via context.logger.")
+
+    class Meta:
+        ordering = ["job_id", "id"]
+        indexes = [models.Index(fields=["job", "number"], name="durable_attempt_job_idx")]
+
+    def __str__(self) -> str:
+        return f"attempt {self.number} of job {self.job_id}: {self.outcome}"

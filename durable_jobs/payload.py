@@ -1,0 +1,149 @@
+"""Turning keyword arguments into a stored payload, and a stored payload back into a call."""
+
+from __future__ import annotations
+
+import datetime
+import decimal
+import inspect
+import json
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from durable_jobs.exceptions import EnqueueError, PayloadMismatch
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, datetime.datetime | datetime.date | datetime.time):
+        return "a date/time: pass value.isoformat() and parse it in the handler"
+    if isinstance(value, decimal.Decimal):
+        return "a Decimal: pass str(value) and rebuild it with Decimal(...) in the handler"
+    if isinstance(value, uuid.UUID):
+        return "a UUID: pass str(value)"
+    if hasattr(value, "_meta") and hasattr(value, "pk"):
+        return "a model instance: pass its primary key (obj.pk) and fetch it in the handler"
+    if isinstance(value, tuple):
+        return "a tuple, which JSON turns into a list: pass a list"
+    if isinstance(value, set | frozenset):
+        return "a set: pass a sorted list"
+    if isinstance(value, bytes):
+        return "bytes: pass text (for example base64) instead"
+    if isinstance(value, float):
+        return "a NaN or infinite float, which JSON cannot store"
+    if isinstance(value, Mapping):
+        return "a dict with non-string keys, which JSON turns into strings: use string keys"
+    return (
+        f"a {type(value).__name__}: pass ids or plain JSON values "
+        "(str, int, float, bool, None, list, dict)"
+    )
+
+
+def _first_unstorable(value: Any, path: str) -> tuple[str, Any] | None:
+    """The first part of ``value`` that would not come back unchanged from JSON."""
+    if value is None or isinstance(value, bool | int | str):
+        return None
+    if isinstance(value, float):
+        return (
+            None if value == value and value not in (float("inf"), float("-inf")) else (path, value)
+        )
+    if isinstance(value, list):
+        for i, item in enumerate(value):
+            found = _first_unstorable(item, f"{path}[{i}]")
+            if found:
+                return found
+        return None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                return (f"{path}[{key!r}]", value)
+            found = _first_unstorable(item, f"{path}[{key!r}]")
+            if found:
+                return found
+        return None
+    return (path, value)
+
+
+def check_json(handler_name: str, kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """Return ``kwargs`` as a payload, or refuse values that don't survive JSON unchanged."""
+    for key, value in kwargs.items():
+        found = _first_unstorable(value, key)
+        if found:
+            where, bad = found
+            raise EnqueueError(
+                f"{handler_name}: argument {where} is {_describe(bad)}. Job payloads are "
+                "stored as JSON and must come back unchanged."
+            )
+    # A final round trip guards against subclasses with surprising JSON forms.
+    payload = dict(kwargs)
+    if json.loads(json.dumps(payload, allow_nan=False)) != payload:
+        raise EnqueueError(
+            f"{handler_name}: the arguments do not survive a JSON round trip; pass plain JSON "
+            "values (ids, ISO strings) instead of objects."
+        )
+    return payload
+
+
+def parameters(func: Any, *, takes_context: bool) -> inspect.Signature:
+    """The handler's signature as callers see it (without the ``context`` parameter)."""
+    sig = inspect.signature(func)
+    params = list(sig.parameters.values())
+    if takes_context:
+        if not params or params[0].name != "context":
+            raise TypeError(
+                f"{func.__qualname__} uses @job(takes_context=True), so its first parameter "
+                "must be named 'context'."
+            )
+        params = params[1:]
+    return sig.replace(parameters=params)
+
+
+def check_binds(
+    handler_name: str, signature: inspect.Signature, args: tuple, kwargs: Mapping
+) -> None:
+    """Refuse positional arguments and anything the handler's signature would reject."""
+    if args:
+        raise EnqueueError(
+            f"{handler_name}: positional arguments are not accepted (got {len(args)}). "
+            "Jobs store their arguments by name; call it with keywords, "
+            f"for example .delay({_example(signature)})."
+        )
+    try:
+        signature.bind(**kwargs)
+    except TypeError as exc:
+        raise EnqueueError(
+            f"{handler_name}: {exc}. The handler's signature is {handler_name}{plain(signature)}; "
+            "pass exactly the keyword arguments it takes."
+        ) from None
+
+
+def bind_stored(handler_name: str, signature: inspect.Signature, payload: Any) -> dict[str, Any]:
+    """The keyword arguments for a stored payload, or PayloadMismatch if they no longer fit."""
+    if not isinstance(payload, dict):
+        raise PayloadMismatch(
+            f"the stored payload of {handler_name} is {type(payload).__name__}, not an object "
+            "of keyword arguments"
+        )
+    try:
+        signature.bind(**payload)
+    except TypeError as exc:
+        raise PayloadMismatch(
+            f"the stored payload no longer fits {handler_name}{plain(signature)}: {exc}. "
+            "The handler's signature changed after the job was enqueued; enqueue it again "
+            "with the new arguments (or give the new parameter a default)."
+        ) from None
+    return payload
+
+
+def plain(signature: inspect.Signature) -> str:
+    """``(a, b=0)``: the signature as a caller writes it, without annotations."""
+    params = [p.replace(annotation=p.empty) for p in signature.parameters.values()]
+    return str(signature.replace(parameters=params, return_annotation=signature.empty))
+
+
+def _example(signature: inspect.Signature) -> str:
+    names = [
+        p.name
+        for p in signature.parameters.values()
+        if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+    ]
+    return ", ".join(f"{n}=..." for n in names) or ""

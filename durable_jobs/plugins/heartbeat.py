@@ -1,0 +1,42 @@
+"""Tells the cluster this node is alive and renews the leases of the jobs it runs."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+from django.utils import timezone
+
+from durable_jobs.models import Job, Node
+from durable_jobs.plugins.base import Plugin
+from durable_jobs.states import State
+
+if TYPE_CHECKING:
+    from durable_jobs.worker.worker import Worker
+
+
+class Heartbeat(Plugin):
+    name = "heartbeat"
+
+    def interval(self, worker: Worker) -> float:
+        return worker.heartbeat_seconds
+
+    def run(self, worker: Worker) -> None:
+        now = timezone.now()
+        node = worker.node
+        updated = (
+            Node.objects.using(worker.alias)
+            .filter(pk=node.pk)
+            .update(last_heartbeat_at=now, stopping=worker.stopping)
+        )
+        if not updated:
+            # Pruned while we were unreachable for a long time: come back under a new row.
+            worker.reregister_node()
+            return
+        tokens = worker.running_leases()
+        if tokens:
+            expires = now + timedelta(seconds=worker.lease_seconds)
+            for token, ids in tokens.items():
+                Job.objects.using(worker.alias).filter(
+                    pk__in=ids, state=State.LEASED, lease_token=token
+                ).update(lease_expires_at=expires)

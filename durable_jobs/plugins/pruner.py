@@ -1,0 +1,53 @@
+"""Deletes finished jobs older than ``PRUNE_AFTER_DAYS``, and nodes long gone silent."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+from django.utils import timezone
+
+from durable_jobs.models import Job, Node
+from durable_jobs.plugins.base import Plugin
+from durable_jobs.states import FINAL
+
+if TYPE_CHECKING:
+    from durable_jobs.worker.worker import Worker
+
+#: Rows deleted per statement, and statements per run: bounded work on every tick.
+BATCH, MAX_BATCHES = 1000, 10
+#: A node that has not sent a heartbeat for this long is forgotten.
+FORGET_NODES_AFTER = timedelta(days=1)
+
+
+class Pruner(Plugin):
+    name = "pruner"
+
+    def interval(self, worker: Worker) -> float:
+        return 60.0
+
+    def run(self, worker: Worker) -> None:
+        prune(using=worker.alias)
+
+
+def prune(*, days: float | None = None, using: str | None = None) -> int:
+    """Delete finished jobs (and their attempts) older than ``days``; return how many."""
+    from durable_jobs.conf import get_settings
+
+    days = get_settings().prune_after_days if days is None else days
+    deleted = 0
+    now = timezone.now()
+    if days is not None:
+        cutoff = now - timedelta(days=days)
+        for _ in range(MAX_BATCHES):
+            ids = list(
+                Job.objects.using(using)
+                .filter(state__in=sorted(FINAL), finished_at__lt=cutoff)
+                .values_list("pk", flat=True)[:BATCH]
+            )
+            if not ids:
+                break
+            Job.objects.using(using).filter(pk__in=ids).delete()
+            deleted += len(ids)
+    Node.objects.using(using).filter(last_heartbeat_at__lt=now - FORGET_NODES_AFTER).delete()
+    return deleted

@@ -1,0 +1,100 @@
+"""The job state machine: the six states, the allowed moves, and the one writer of ``state``.
+
+Every change of ``Job.state`` goes through :func:`transition` (guarded UPDATEs) or
+:func:`claim` (the per-database claim query). Both restrict the rows they touch to
+the source states this table allows, so a move the table does not list can never
+be written, whatever the caller passes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from django.db import models
+
+if TYPE_CHECKING:
+    from django.db.models import QuerySet
+
+    from durable_jobs.models import Job
+
+
+class State(models.TextChoices):
+    # These strings are stored in the database: never rename them.
+    QUEUED = "queued", "Queued"
+    LEASED = "leased", "Leased"
+    COMPLETED = "completed", "Completed"
+    RETRYING = "retrying", "Retrying"
+    DEAD = "dead", "Dead"
+    CANCELLED = "cancelled", "Cancelled"
+
+
+#: target state -> the states a job may be in to move there.
+ALLOWED_SOURCES: Mapping[State, frozenset[State]] = {
+    # A worker claims a new job or a retry that has come due.
+    State.LEASED: frozenset({State.QUEUED, State.RETRYING}),
+    # The handler returned.
+    State.COMPLETED: frozenset({State.LEASED}),
+    # The handler failed, timed out, or its lease expired; more attempts are left.
+    State.RETRYING: frozenset({State.LEASED}),
+    # Retries exhausted, Discard, or discarded by an operator.
+    State.DEAD: frozenset({State.LEASED, State.RETRYING, State.QUEUED}),
+    # Cancel from the handler or an operator.
+    State.CANCELLED: frozenset({State.QUEUED, State.LEASED, State.RETRYING}),
+    # Snoozed or handed back by a stopping worker (from leased); retried by an
+    # operator (from dead, cancelled, or a retry that should not wait).
+    State.QUEUED: frozenset({State.LEASED, State.RETRYING, State.DEAD, State.CANCELLED}),
+}
+
+#: States a worker may claim from, when ``available_at`` has passed.
+CLAIMABLE: frozenset[State] = ALLOWED_SOURCES[State.LEASED]
+#: States in which a job will not run again on its own.
+FINAL: frozenset[State] = frozenset({State.COMPLETED, State.DEAD, State.CANCELLED})
+#: States in which a job still waits to run (its key is "taken" for idempotency).
+PENDING: frozenset[State] = frozenset({State.QUEUED, State.RETRYING, State.LEASED})
+
+
+def can_move(source: str, target: str) -> bool:
+    return State(source) in ALLOWED_SOURCES[State(target)]
+
+
+def transition(jobs: QuerySet[Job], target: State, **changes: Any) -> int:
+    """Move the jobs in ``jobs`` that may legally reach ``target``; return how many moved.
+
+    Callers narrow ``jobs`` further (by lease token, by expiry) to make the write
+    conditional; the allowed source states are always added here.
+    """
+    from django.utils import timezone
+
+    changes.setdefault("updated_at", timezone.now())
+    return jobs.filter(state__in=ALLOWED_SOURCES[target]).update(state=target, **changes)
+
+
+def claim(
+    *, queue: str, limit: int, node_id: int | None, lease_seconds: float, using: str | None = None
+) -> list[Job]:
+    """Lease up to ``limit`` available jobs of ``queue`` for ``node_id``, best first."""
+    from durable_jobs.db import backend_for
+
+    if limit <= 0:
+        return []
+    return backend_for(using).claim(
+        queue=queue,
+        limit=limit,
+        node_id=node_id,
+        lease_seconds=lease_seconds,
+        sources=sorted(CLAIMABLE),
+        target=State.LEASED,
+    )
+
+
+def states_in(values: Iterable[str]) -> list[State]:
+    """Parse state names given by a user, with an error that lists the valid ones."""
+    out = []
+    for value in values:
+        try:
+            out.append(State(value))
+        except ValueError:
+            valid = ", ".join(s.value for s in State)
+            raise ValueError(f"Unknown job state {value!r}; use one of: {valid}") from None
+    return out

@@ -1,0 +1,107 @@
+"""Helpers for testing code that uses durable_jobs, in your own test suite.
+
+``drain`` and ``perform`` run jobs in the calling thread, on the calling thread's
+database connection, so they work inside a test's transaction (pytest-django's
+``db`` fixture, ``django.test.TestCase``).
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import Any
+
+from django.utils import timezone
+
+from durable_jobs import acks
+from durable_jobs.context import JobContext
+from durable_jobs.handlers import JobHandler
+from durable_jobs.logging import JobLoggerAdapter, job_fields
+from durable_jobs.models import Job
+from durable_jobs.states import CLAIMABLE, State, claim
+from durable_jobs.worker.execute import execute
+
+__all__ = ["assert_enqueued", "drain", "enqueued_jobs", "perform", "refute_enqueued"]
+
+TEST_NODE = "test-drain"
+
+
+def drain(
+    queue: str | None = None, *, with_scheduled: bool = False, limit: int = 10_000
+) -> collections.Counter[str]:
+    """Run every available job (of ``queue``, or of all queues) until none is left.
+
+    ``with_scheduled=True`` also runs jobs whose ``available_at`` is in the future,
+    including retries waiting for their backoff, as if the time had come. Returns a
+    count of outcomes, e.g. ``Counter({"completed": 3, "failed": 1})``.
+    """
+    outcomes: collections.Counter[str] = collections.Counter()
+    while sum(outcomes.values()) < limit:
+        waiting = Job.objects.filter(state__in=sorted(CLAIMABLE))
+        if queue is not None:
+            waiting = waiting.filter(queue=queue)
+        if with_scheduled:
+            waiting.filter(available_at__gt=timezone.now()).update(available_at=timezone.now())
+        queues = sorted(
+            set(waiting.filter(available_at__lte=timezone.now()).values_list("queue", flat=True))
+        )
+        if not queues:
+            break
+        for name in queues:
+            for job in claim(queue=name, limit=100, node_id=None, lease_seconds=300):
+                result = execute(job, node=TEST_NODE)
+                acks.apply(acks.decide(result, node=TEST_NODE))
+                outcomes[result.outcome.value] += 1
+    return outcomes
+
+
+def perform(handler: JobHandler, **kwargs: Any) -> Any:
+    """Run ``handler`` as a worker would (argument checks, JSON round trip, context) and return
+    its result, without enqueuing. ``Snooze``, ``Cancel`` and ``Discard`` propagate."""
+    payload = handler.check_arguments((), kwargs)
+    job = Job(
+        name=handler.name, queue=handler.queue, payload=payload, attempts=1, state=State.LEASED
+    )
+    if handler.takes_context:
+        context = JobContext(job=job, logger=JobLoggerAdapter(job_fields(job, node=TEST_NODE)))
+        return handler.func(context, **payload)
+    return handler.func(**payload)
+
+
+def enqueued_jobs(handler: JobHandler | str, **payload_subset: Any) -> list[Job]:
+    """Jobs of ``handler`` still waiting to run (queued or retrying) whose payload contains
+    ``payload_subset``."""
+    name = handler if isinstance(handler, str) else handler.name
+    jobs = Job.objects.filter(name=name, state__in=[State.QUEUED, State.RETRYING]).order_by("id")
+    return [j for j in jobs if _contains(j.payload, payload_subset)]
+
+
+def assert_enqueued(handler: JobHandler | str, **payload_subset: Any) -> Job:
+    """Assert a matching job is waiting to run, and return it."""
+    found = enqueued_jobs(handler, **payload_subset)
+    if not found:
+        name = handler if isinstance(handler, str) else handler.name
+        waiting = list(
+            Job.objects.filter(name=name, state__in=[State.QUEUED, State.RETRYING]).values_list(
+                "payload", flat=True
+            )[:10]
+        )
+        raise AssertionError(
+            f"Expected a waiting {name} job with payload containing {payload_subset!r}; "
+            f"waiting {name} jobs have payloads {waiting!r}"
+        )
+    return found[0]
+
+
+def refute_enqueued(handler: JobHandler | str, **payload_subset: Any) -> None:
+    """Assert no matching job is waiting to run."""
+    found = enqueued_jobs(handler, **payload_subset)
+    if found:
+        raise AssertionError(
+            f"Expected no waiting job matching {payload_subset!r}, found {[j.pk for j in found]}"
+        )
+
+
+def _contains(payload: Any, subset: dict[str, Any]) -> bool:
+    return isinstance(payload, dict) and all(
+        k in payload and payload[k] == v for k, v in subset.items()
+    )

@@ -1,0 +1,109 @@
+"""Running one leased job's handler and classifying how it ended.
+
+Nothing here writes to the database except through the handler itself; the outcome
+is returned as a :class:`RunResult` for :mod:`durable_jobs.acks` to record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.utils import timezone
+
+from durable_jobs import registry
+from durable_jobs.context import JobContext
+from durable_jobs.exceptions import Cancel, Discard, JobTimeout, PayloadMismatch, Snooze, UnknownJob
+from durable_jobs.logging import JobLoggerAdapter, job_fields
+from durable_jobs.models import Job, Outcome
+from durable_jobs.payload import bind_stored
+
+
+@dataclass
+class RunResult:
+    job: Job
+    outcome: Outcome
+    started_at: datetime.datetime
+    finished_at: datetime.datetime
+    value: Any = None
+    error: BaseException | None = None
+    snooze_seconds: float = 0.0
+    log_lines: list[str] = field(default_factory=list)
+
+    @property
+    def duration(self) -> datetime.timedelta:
+        return self.finished_at - self.started_at
+
+
+def execute(job: Job, *, node: str = "", lease_seconds: float = 60.0) -> RunResult:
+    """Run ``job``'s handler with its stored payload; never raises for a handler's error."""
+    started_at = timezone.now()
+    t0 = time.monotonic()
+    adapter = JobLoggerAdapter(job_fields(job, node=node))
+    outcome, value, snooze = Outcome.COMPLETED, None, 0.0
+    error: BaseException | None = None
+    try:
+        handler = registry.get_handler(job.name)
+        kwargs = bind_stored(job.name, handler.signature, job.payload)
+        if handler.takes_context:
+            context = JobContext(job=job, logger=adapter, lease_seconds=lease_seconds)
+            value = _call(handler, job.timeout, context, kwargs)
+        else:
+            value = _call(handler, job.timeout, None, kwargs)
+        value = _storable(value)
+    except Snooze as exc:
+        outcome, error, snooze = Outcome.SNOOZED, exc, exc.seconds
+    except Cancel as exc:
+        outcome, error = Outcome.CANCELLED, exc
+    except (Discard, PayloadMismatch) as exc:
+        outcome, error = Outcome.DISCARDED, exc
+    except JobTimeout as exc:
+        outcome, error = Outcome.TIMED_OUT, exc
+    except UnknownJob as exc:
+        # Possibly a rolling deploy: a node with the handler may pick the retry up.
+        outcome, error = Outcome.FAILED, exc
+    except Exception as exc:
+        outcome, error = Outcome.FAILED, exc
+    elapsed = datetime.timedelta(seconds=time.monotonic() - t0)
+    return RunResult(
+        job=job,
+        outcome=outcome,
+        started_at=started_at,
+        finished_at=started_at + elapsed,
+        value=value,
+        error=error,
+        snooze_seconds=snooze,
+        log_lines=adapter.lines,
+    )
+
+
+def _call(handler: Any, timeout: float | None, context: JobContext | None, kwargs: dict) -> Any:
+    args = (context,) if context is not None else ()
+    if not handler.is_async:
+        # Sync timeouts are enforced by the worker, which interrupts this thread.
+        return handler.func(*args, **kwargs)
+    return asyncio.run(_call_async(handler.func, timeout, args, kwargs))
+
+
+async def _call_async(func: Any, timeout: float | None, args: tuple, kwargs: dict) -> Any:
+    try:
+        async with asyncio.timeout(timeout) as scope:
+            return await func(*args, **kwargs)
+    except TimeoutError:
+        if scope.expired():
+            raise JobTimeout(f"the job ran longer than its timeout of {timeout:g}s") from None
+        raise
+
+
+def _storable(value: Any) -> Any:
+    """The handler's return value if JSON keeps it, else its text."""
+    try:
+        if json.loads(json.dumps(value, allow_nan=False)) == value:
+            return value
+    except (TypeError, ValueError):
+        pass
+    return {"repr": repr(value)[:10_000]}

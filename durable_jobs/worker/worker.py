@@ -1,0 +1,493 @@
+"""The worker: one loop thread that claims, dispatches and acknowledges; a pool that runs.
+
+The loop thread is the only one that writes job state for this node: it claims at
+most ``concurrency - running`` jobs per queue, hands them to the thread pool, and
+records every outcome (including timeouts and hand-backs) itself. Because one
+thread decides, a job's outcome is recorded once even when a handler's late return
+races its timeout.
+
+Wake-ups come from the pool (a slot freed), from enqueues in this process (on
+commit), from PostgreSQL NOTIFY (a listener thread), and from the poll interval.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import queue
+import signal
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db import Error as DatabaseError
+from django.db import close_old_connections, connections
+from django.utils import timezone
+
+from durable_jobs import acks, wakeup
+from durable_jobs.conf import get_settings
+from durable_jobs.db import backend_for
+from durable_jobs.exceptions import ImproperlyConfiguredQueue, JobTimeout
+from durable_jobs.models import Job, Node, Outcome
+from durable_jobs.plugins import Plugin, default_plugins
+from durable_jobs.states import claim
+from durable_jobs.worker.execute import RunResult, execute
+from durable_jobs.worker.node import register_node
+from durable_jobs.worker.pool import ThreadPool
+
+logger = logging.getLogger("durable_jobs.worker")
+
+#: Extra time an async handler gets to report its own timeout before the loop records it.
+ASYNC_TIMEOUT_GRACE = 1.0
+
+
+@dataclass(eq=False)
+class Running:
+    job: Job
+    deadline: float | None
+    #: The loop already recorded an outcome (timeout, hand-back); ignore the late result.
+    resolved: bool = False
+
+
+@dataclass
+class WorkerStats:
+    claimed: int = 0
+    finished: int = 0
+    outcomes: collections.Counter[str] = field(default_factory=collections.Counter)
+
+
+def parse_queues(
+    spec: str | Sequence[str] | None, default_concurrency: int | None = None
+) -> dict[str, int]:
+    """``"default,emails:5"`` -> ``{"default": 10, "emails": 5}``.
+
+    A queue without ``:N`` takes ``default_concurrency``, else its configured
+    concurrency, else 10. Without a spec, every queue in ``DURABLE_JOBS["QUEUES"]``.
+    """
+    configured = get_settings().queues
+    parts: list[str]
+    if spec is None or spec == "" or spec == []:
+        parts = list(configured)
+    elif isinstance(spec, str):
+        parts = [p.strip() for p in spec.split(",") if p.strip()]
+    else:
+        parts = list(spec)
+    queues: dict[str, int] = {}
+    for part in parts:
+        name, _, limit = part.partition(":")
+        name = name.strip()
+        if not name:
+            raise ImproperlyConfiguredQueue(
+                f"Empty queue name in {spec!r}; use name[:concurrency],..."
+            )
+        if limit:
+            try:
+                concurrency = int(limit)
+            except ValueError:
+                raise ImproperlyConfiguredQueue(
+                    f"Queue {part!r}: concurrency must be a whole number, as in {name}:5"
+                ) from None
+        elif default_concurrency is not None:
+            concurrency = default_concurrency
+        elif name in configured:
+            concurrency = configured[name].concurrency
+        else:
+            concurrency = 10
+        if concurrency < 1:
+            raise ImproperlyConfiguredQueue(f"Queue {name!r}: concurrency must be at least 1")
+        queues[name] = concurrency
+    if not queues:
+        raise ImproperlyConfiguredQueue("No queues to serve; pass --queues name[:concurrency],...")
+    return queues
+
+
+class Worker:
+    """Runs jobs from ``queues`` until stopped. Drive it from a command, a thread or a test.
+
+    >>> Worker({"default": 4}, burst=True).run()   # process what is there, then return
+    """
+
+    def __init__(
+        self,
+        queues: Mapping[str, int] | str | None = None,
+        *,
+        concurrency: int | None = None,
+        burst: bool = False,
+        max_jobs: int | None = None,
+        lease_seconds: float | None = None,
+        heartbeat_seconds: float | None = None,
+        shutdown_grace: float | None = None,
+        poll_interval: float | None = None,
+        plugins: Sequence[Plugin] | None = None,
+        using: str | None = None,
+        name: str | None = None,
+    ) -> None:
+        settings = get_settings()
+        if queues is None or isinstance(queues, str):
+            queues = parse_queues(queues, concurrency)
+        self.queues: dict[str, int] = dict(queues)
+        self.burst = burst
+        self.max_jobs = max_jobs
+        self.lease_seconds = float(lease_seconds or settings.lease_seconds)
+        self.heartbeat_seconds = float(
+            heartbeat_seconds or min(settings.heartbeat_seconds, self.lease_seconds / 3)
+        )
+        self.shutdown_grace = float(
+            settings.shutdown_grace_seconds if shutdown_grace is None else shutdown_grace
+        )
+        self.poll_interval = float(poll_interval or settings.poll_interval)
+        self.plugins = list(default_plugins() if plugins is None else plugins)
+        self.alias = backend_for(using).alias
+        self.requested_name = name
+        self.stats = WorkerStats()
+        self.node: Node
+        self.stopping = False
+
+        self._wake = threading.Event()
+        self._closing = threading.Event()
+        self._results: queue.SimpleQueue[tuple[Running, RunResult | None]] = queue.SimpleQueue()
+        self._running: dict[int, Running] = {}
+        self._per_queue: collections.Counter[str] = collections.Counter()
+        self._pending: list[acks.Ack] = []
+        self._plugin_due: dict[int, float] = {}
+        self._signals = 0
+        self._pool: ThreadPool | None = None
+        self._listener_thread: threading.Thread | None = None
+        self.started = threading.Event()
+
+    # -- public control -------------------------------------------------------------------
+
+    def run(self) -> int:
+        """Run until stopped (or, in burst mode, until nothing is left); return an exit code."""
+        self._start()
+        try:
+            self._loop()
+        finally:
+            self._shutdown()
+        return 0
+
+    def start(self) -> threading.Thread:
+        """Run in a background thread (for tests and in-process workers)."""
+        thread = threading.Thread(
+            target=self._run_in_thread, name="durable-jobs-worker", daemon=True
+        )
+        thread.start()
+        self.started.wait(30)
+        return thread
+
+    def stop(self) -> None:
+        """Ask for a graceful stop: no new claims; running jobs get the grace period."""
+        self.stopping = True
+        self._wake.set()
+
+    def install_signal_handlers(self) -> None:
+        """First SIGTERM/SIGINT: graceful stop. Second: exit at once."""
+        signal.signal(signal.SIGTERM, self._on_signal)
+        signal.signal(signal.SIGINT, self._on_signal)
+
+    def running_leases(self) -> dict[Any, list[int]]:
+        """Lease token -> ids of the jobs this node runs and still holds."""
+        out: dict[Any, list[int]] = collections.defaultdict(list)
+        for job_id, running in self._running.items():
+            if not running.resolved:
+                out[running.job.lease_token].append(job_id)
+        return out
+
+    def reregister_node(self) -> None:
+        self.node = register_node(self.queues, using=self.alias)
+
+    # -- the loop ---------------------------------------------------------------------------
+
+    def _run_in_thread(self) -> None:
+        try:
+            self.run()
+        finally:
+            connections.close_all()
+
+    def _start(self) -> None:
+        self.node = register_node(self.queues, name=self.requested_name, using=self.alias)
+        self._pool = ThreadPool(
+            sum(self.queues.values()), work=self._work, report=self._report, name=self.node.name
+        )
+        wakeup.subscribe(self._wake)
+        listener = backend_for(self.alias).listener(get_settings().notify_channel)
+        if listener is not None and not self.burst:
+            self._listener_thread = threading.Thread(
+                target=self._listen, args=(listener,), name=f"{self.node.name}-listen", daemon=True
+            )
+            self._listener_thread.start()
+        now = time.monotonic()
+        self._plugin_due = {id(p): now for p in self.plugins}
+        logger.info(
+            "worker %s started (pid %s, queues %s)",
+            self.node.name,
+            os.getpid(),
+            ", ".join(f"{q}:{c}" for q, c in self.queues.items()),
+            extra={"node": self.node.name, "queues": self.queues},
+        )
+        self.started.set()
+
+    def _loop(self) -> None:
+        failures = 0
+        while not self.stopping:
+            self._wake.clear()
+            try:
+                self._collect_results()
+                self._flush_acks()
+                self._enforce_timeouts()
+                self._run_plugins()
+                if self._reached_max_jobs():
+                    break
+                claimed = self._claim()
+                if self.burst and not claimed and not self._running and not self._pending:
+                    break
+                failures = 0
+            except DatabaseError as exc:
+                failures += 1
+                self._on_database_error(exc, failures)
+                continue
+            self._wake.wait(self._next_wait())
+
+    def _claim(self) -> int:
+        total = 0
+        for queue_name, concurrency in self.queues.items():
+            free = concurrency - self._per_queue[queue_name]
+            if self.max_jobs is not None:
+                free = min(free, self.max_jobs - self.stats.claimed)
+            if free <= 0:
+                continue
+            jobs = claim(
+                queue=queue_name,
+                limit=free,
+                node_id=self.node.pk,
+                lease_seconds=self.lease_seconds,
+                using=self.alias,
+            )
+            jobs.sort(key=lambda j: (-j.priority, j.available_at, j.pk))
+            for job in jobs:
+                self._dispatch(job)
+            total += len(jobs)
+        return total
+
+    def _dispatch(self, job: Job) -> None:
+        deadline = None
+        if job.timeout:
+            handler_is_async = _is_async(job.name)
+            deadline = (
+                time.monotonic() + job.timeout + (ASYNC_TIMEOUT_GRACE if handler_is_async else 0)
+            )
+        running = Running(job=job, deadline=deadline)
+        self._running[job.pk] = running
+        self._per_queue[job.queue] += 1
+        self.stats.claimed += 1
+        from durable_jobs.logging import log_event
+
+        log_event(logging.DEBUG, "leased", job, node=self.node.name)
+        assert self._pool is not None
+        self._pool.submit(running)
+
+    def _work(self, running: Running) -> RunResult:
+        # Like a request: connections that errored or outlived CONN_MAX_AGE are closed
+        # before and after each job, so a long-running worker survives database restarts.
+        close_old_connections()
+        try:
+            return execute(running.job, node=self.node.name, lease_seconds=self.lease_seconds)
+        finally:
+            close_old_connections()
+
+    def _report(self, running: Running, result: RunResult | None) -> None:
+        self._results.put((running, result))
+        self._wake.set()
+
+    def _collect_results(self) -> None:
+        while True:
+            try:
+                running, result = self._results.get_nowait()
+            except queue.Empty:
+                return
+            self._running.pop(running.job.pk, None)
+            self._per_queue[running.job.queue] -= 1
+            if running.resolved or result is None:
+                continue
+            self._finish(running, result)
+
+    def _finish(self, running: Running, result: RunResult) -> None:
+        running.resolved = True
+        self.stats.finished += 1
+        self.stats.outcomes[result.outcome] += 1
+        self._pending.append(acks.decide(result, node=self.node.name))
+
+    def _flush_acks(self) -> None:
+        while self._pending:
+            acks.apply(self._pending[0], using=self.alias)
+            self._pending.pop(0)
+
+    def _enforce_timeouts(self) -> None:
+        now = time.monotonic()
+        for running in list(self._running.values()):
+            if running.resolved or running.deadline is None or now < running.deadline:
+                continue
+            job = running.job
+            started = job.attempted_at or timezone.now()
+            result = RunResult(
+                job=job,
+                outcome=Outcome.TIMED_OUT,
+                started_at=started,
+                finished_at=max(timezone.now(), started),
+                error=JobTimeout(f"the job ran longer than its timeout of {job.timeout:g}s"),
+            )
+            self._finish(running, result)
+            assert self._pool is not None
+            self._pool.interrupt(running)
+        self._flush_acks()
+
+    def _run_plugins(self) -> None:
+        now = time.monotonic()
+        for plugin in self.plugins:
+            if now >= self._plugin_due[id(plugin)]:
+                # Schedule first: a failing plugin is retried at its next interval, not at once.
+                self._plugin_due[id(plugin)] = now + plugin.interval(self)
+                plugin.run(self)
+
+    def _reached_max_jobs(self) -> bool:
+        return (
+            self.max_jobs is not None
+            and self.stats.claimed >= self.max_jobs
+            and not self._running
+            and not self._pending
+        )
+
+    def _next_wait(self) -> float:
+        now = time.monotonic()
+        wait = self.poll_interval
+        for due in self._plugin_due.values():
+            wait = min(wait, due - now)
+        for running in self._running.values():
+            if running.deadline is not None and not running.resolved:
+                wait = min(wait, running.deadline - now)
+        return max(wait, 0.001)
+
+    def _on_database_error(self, exc: Exception, failures: int) -> None:
+        delay = min(0.25 * 2 ** (failures - 1), 10.0)
+        logger.warning(
+            "database error in worker %s (%s: %s); retrying in %.2fs",
+            self.node.name,
+            type(exc).__name__,
+            exc,
+            delay,
+            extra={"node": self.node.name, "error": str(exc)},
+        )
+        connections[self.alias].close()
+        close_old_connections()
+        # Waiting on the event keeps a stop request responsive during the backoff.
+        if self._wake.wait(delay):
+            self._wake.clear()
+
+    # -- wake-ups -----------------------------------------------------------------------------
+
+    def _listen(self, listener: Any) -> None:
+        backoff = 0.5
+        while not self._closing.is_set():
+            try:
+                queues = listener.wait(timeout=1.0)
+                backoff = 0.5
+            except Exception as exc:
+                logger.warning("listener lost its connection (%s); reconnecting", exc)
+                listener.close()
+                self._closing.wait(backoff)
+                backoff = min(backoff * 2, 10.0)
+                self._wake.set()  # poll once, in case a notification was missed meanwhile
+                continue
+            if any(q in self.queues for q in queues):
+                self._wake.set()
+        listener.close()
+
+    # -- stopping ---------------------------------------------------------------------------
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        self._signals += 1
+        if self._signals > 1:
+            logger.warning("second signal: exiting at once; leases will expire and be rescued")
+            os._exit(128 + signum)
+        logger.info(
+            "signal %s: finishing running jobs (up to %ss), then stopping",
+            signal.Signals(signum).name,
+            self.shutdown_grace,
+        )
+        self.stop()
+
+    def _shutdown(self) -> None:
+        self.stopping = True
+        deadline = time.monotonic() + self.shutdown_grace
+        self._with_retries(self._mark_stopping, deadline)
+        while self._running and time.monotonic() < deadline:
+            self._wake.wait(min(0.05, max(deadline - time.monotonic(), 0.001)))
+            self._wake.clear()
+            self._with_retries(self._collect_and_flush, deadline)
+            # Keep renewing leases: a grace period longer than the lease must not let
+            # another node rescue (and run again) a job that is about to finish here.
+            self._with_retries(self._run_plugins, deadline)
+        self._hand_back_running()
+        self._with_retries(self._collect_and_flush, time.monotonic() + 5)
+        self._closing.set()
+        wakeup.unsubscribe(self._wake)
+        if self._pool is not None:
+            self._pool.shutdown()
+        if self._listener_thread is not None:
+            self._listener_thread.join(timeout=5)
+        self._with_retries(
+            lambda: Node.objects.using(self.alias).filter(pk=self.node.pk).delete(),
+            time.monotonic() + 5,
+        )
+        logger.info(
+            "worker %s stopped after %s jobs",
+            self.node.name,
+            self.stats.finished,
+            extra={"node": self.node.name, "outcomes": dict(self.stats.outcomes)},
+        )
+
+    def _mark_stopping(self) -> None:
+        Node.objects.using(self.alias).filter(pk=self.node.pk).update(stopping=True)
+
+    def _collect_and_flush(self) -> None:
+        self._collect_results()
+        self._flush_acks()
+
+    def _hand_back_running(self) -> None:
+        """Return unfinished jobs to ``queued`` at once, rather than after the lease expires."""
+        now = timezone.now()
+        for running in list(self._running.values()):
+            if running.resolved:
+                continue
+            result = acks.unreported_result(running.job, now=now, outcome=Outcome.INTERRUPTED)
+            self._finish(running, result)
+            assert self._pool is not None
+            self._pool.interrupt(running)
+        self._with_retries(self._flush_acks, time.monotonic() + 10)
+
+    def _with_retries(self, action: Any, deadline: float) -> None:
+        """Best effort during shutdown: retry on database errors until ``deadline``."""
+        failures = 0
+        while True:
+            try:
+                action()
+                return
+            except DatabaseError as exc:
+                failures += 1
+                if time.monotonic() >= deadline:
+                    logger.error("giving up during shutdown: %s", exc)
+                    return
+                self._on_database_error(exc, failures)
+
+
+def _is_async(name: str) -> bool:
+    from durable_jobs import registry
+    from durable_jobs.exceptions import UnknownJob
+
+    try:
+        return registry.get_handler(name).is_async
+    except UnknownJob:
+        return False

@@ -1,0 +1,81 @@
+"""Shared fixtures: real worker threads, real ``runworker`` subprocesses, a clean registry."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.db import connection
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float = 30.0, interval: float = 0.05) -> Any:
+    """Poll ``predicate`` until it returns something truthy; fail the test on timeout."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s: {predicate}")
+        time.sleep(interval)
+
+
+@pytest.fixture
+def vendor() -> str:
+    return connection.vendor
+
+
+class WorkerProcesses:
+    """Starts ``manage.py runworker`` subprocesses on the test database; kills leftovers by pid."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.tmp_path = tmp_path
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env["DJANGO_SETTINGS_MODULE"] = "tests.settings"
+        env["DURABLE_JOBS_TEST_DB_NAME"] = str(connection.settings_dict["NAME"])
+        env["PYTHONPATH"] = str(ROOT)
+        env.setdefault("DURABLE_JOBS_LOG_LEVEL", "INFO")
+        return env
+
+    def start(self, *args: str) -> subprocess.Popen[bytes]:
+        log = open(self.tmp_path / f"worker-{len(self.procs)}.log", "wb")  # noqa: SIM115
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "django", "runworker", *args],
+            cwd=ROOT,
+            env=self.env(),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        self.procs.append(proc)
+        return proc
+
+    def log(self, proc: subprocess.Popen[bytes]) -> str:
+        index = self.procs.index(proc)
+        return (self.tmp_path / f"worker-{index}.log").read_text(errors="replace")
+
+    def cleanup(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGKILL)
+                proc.wait(timeout=10)
+
+
+@pytest.fixture
+def worker_processes(tmp_path: Path) -> Iterator[WorkerProcesses]:
+    procs = WorkerProcesses(tmp_path)
+    try:
+        yield procs
+    finally:
+        procs.cleanup()

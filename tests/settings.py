@@ -1,0 +1,91 @@
+"""Settings for durable_jobs' own test suite.
+
+The database comes from ``DATABASE_URL`` (default: a SQLite file, so that worker
+subprocesses share it with the test process), e.g.
+``DATABASE_URL=postgres://postgres@127.0.0.1:5432/durable_jobs``.
+Worker subprocesses started by the tests set ``DURABLE_JOBS_TEST_DB_NAME`` to
+the test database's name.
+"""
+
+import hashlib
+import os
+import tempfile
+from pathlib import Path
+
+import environ
+
+env = environ.Env()
+
+BASE_DIR = Path(__file__).resolve().parent
+# One file per checkout, so two checkouts on one machine never share a test database.
+_checkout = hashlib.sha1(str(BASE_DIR).encode()).hexdigest()[:8]
+SQLITE_PATH = Path(tempfile.gettempdir()) / f"durable_jobs_tests_{_checkout}.sqlite3"
+
+SECRET_KEY = "durable-jobs-tests"
+DEBUG = False
+USE_TZ = True
+TIME_ZONE = "UTC"
+ALLOWED_HOSTS = ["*"]
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+DATABASES = {"default": env.db("DATABASE_URL", default=f"sqlite:///{SQLITE_PATH}")}
+_db = DATABASES["default"]
+if _db["ENGINE"].endswith("sqlite3"):
+    _db.setdefault("OPTIONS", {})["transaction_mode"] = "IMMEDIATE"
+    _db["TEST"] = {"NAME": str(SQLITE_PATH.with_name(SQLITE_PATH.stem + "_test.sqlite3"))}
+if os.environ.get("DURABLE_JOBS_TEST_DB_NAME"):
+    _db["NAME"] = os.environ["DURABLE_JOBS_TEST_DB_NAME"]
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "durable_jobs",
+    "tests.testapp",
+]
+
+MIDDLEWARE = [
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+]
+
+ROOT_URLCONF = "tests.urls"
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
+    }
+]
+
+DURABLE_JOBS = {
+    "QUEUES": {"default": {"concurrency": 4}, "emails": {"concurrency": 2}},
+    "LEASE_SECONDS": 30,
+    "HEARTBEAT_SECONDS": 5,
+    "POLL_INTERVAL": 0.2,
+    "SHUTDOWN_GRACE_SECONDS": 5,
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"json": {"()": "durable_jobs.logging.JSONFormatter"}},
+    "handlers": {"stderr": {"class": "logging.StreamHandler", "formatter": "json"}},
+    "loggers": {
+        "durable_jobs": {
+            "handlers": ["stderr"],
+            "level": os.environ.get("DURABLE_JOBS_LOG_LEVEL", "WARNING"),
+        }
+    },
+}

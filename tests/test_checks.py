@@ -1,0 +1,63 @@
+"""System checks report bad settings with stable IDs."""
+
+from __future__ import annotations
+
+import pytest
+from django.core import checks
+from django.test import override_settings
+
+from durable_jobs.conf import get_settings
+
+
+def ids(settings_value) -> list[str]:
+    with override_settings(DURABLE_JOBS=settings_value):
+        return sorted({m.id for m in checks.run_checks() if m.id.startswith("durable_jobs.")})
+
+
+def test_the_test_settings_pass() -> None:
+    assert [m for m in checks.run_checks() if m.id.startswith("durable_jobs.")] == []
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ([], ["durable_jobs.E001"]),
+        ({"QUEUE": {}}, ["durable_jobs.E002"]),
+        ({"QUEUES": {}}, ["durable_jobs.E003"]),
+        ({"QUEUES": {"default": {"concurrency": 0}}}, ["durable_jobs.E003"]),
+        ({"QUEUES": {"a:b": {}}}, ["durable_jobs.E003"]),
+        ({"LEASE_SECONDS": 10, "HEARTBEAT_SECONDS": 8}, ["durable_jobs.E004"]),
+        ({"POLL_INTERVAL": "fast"}, ["durable_jobs.E004"]),
+        ({"PRUNE_AFTER_DAYS": 0}, ["durable_jobs.E004"]),
+        ({"DEFAULT_MAX_RETRIES": -1}, ["durable_jobs.E004"]),
+        ({"REDACT_KEYS": "password"}, ["durable_jobs.E005"]),
+    ],
+)
+def test_bad_settings_fail_check(value, expected) -> None:
+    assert ids(value) == expected
+
+
+def test_use_tz_is_required() -> None:
+    with override_settings(USE_TZ=False):
+        assert "durable_jobs.E006" in {m.id for m in checks.run_checks()}
+
+
+def test_sqlite_without_immediate_transactions_is_warned(settings) -> None:
+    from django.db import connection
+
+    if connection.vendor != "sqlite":
+        pytest.skip("a SQLite-only warning")
+    options = connection.settings_dict["OPTIONS"]
+    saved = options.pop("transaction_mode")
+    try:
+        assert "durable_jobs.W001" in {m.id for m in checks.run_checks()}
+    finally:
+        options["transaction_mode"] = saved
+
+
+def test_settings_cache_follows_override_settings() -> None:
+    assert get_settings().lease_seconds == 30
+    with override_settings(DURABLE_JOBS={"LEASE_SECONDS": 99}):
+        assert get_settings().lease_seconds == 99
+        assert get_settings().poll_interval == 1.0  # the documented default fills the gaps
+    assert get_settings().lease_seconds == 30

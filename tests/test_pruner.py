@@ -1,0 +1,36 @@
+"""Pruning finished jobs and forgotten nodes."""
+
+from __future__ import annotations
+
+import datetime
+
+import pytest
+from django.utils import timezone
+
+from durable_jobs.models import Attempt, Job, Node
+from durable_jobs.plugins.pruner import prune
+from durable_jobs.states import State
+from durable_jobs.testing import drain
+from tests.testapp import jobs
+
+pytestmark = pytest.mark.django_db
+
+
+def test_prune_deletes_old_finished_jobs_with_their_attempts_only() -> None:
+    old_done = jobs.add.delay(a=1)
+    old_dead = jobs.discarder.delay()
+    recent = jobs.add.delay(a=2)
+    drain()
+    waiting = jobs.add.using(run_in=datetime.timedelta(days=30)).delay(a=3)
+    ten_days_ago = timezone.now() - datetime.timedelta(days=10)
+    Job.objects.filter(pk__in=[old_done.pk, old_dead.pk]).update(finished_at=ten_days_ago)
+    Job.objects.filter(pk=waiting.pk).update(created_at=ten_days_ago)
+    Node.objects.create(name="gone", pid=1, last_heartbeat_at=ten_days_ago)
+    live = Node.objects.create(name="live", pid=2)
+
+    assert prune(days=7) == 2
+
+    assert set(Job.objects.values_list("pk", flat=True)) == {recent.pk, waiting.pk}
+    assert not Attempt.objects.filter(job_id__in=[old_done.pk, old_dead.pk]).exists()
+    assert Job.objects.get(pk=waiting.pk).state == State.QUEUED
+    assert list(Node.objects.all()) == [live]

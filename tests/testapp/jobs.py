@@ -1,0 +1,100 @@
+"""Handlers the test suite enqueues (found by autodiscovery of installed apps' jobs.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from pathlib import Path
+
+from durable_jobs import Cancel, Discard, JobContext, Snooze, job
+from tests.testapp.models import SideEffect
+
+
+@job
+def noop() -> None:
+    pass
+
+
+@job(name="tests.add")
+def add(a: int, b: int = 0) -> int:
+    return a + b
+
+
+@job(takes_context=True, name="tests.record")
+def record(context: JobContext, label: str = "") -> None:
+    SideEffect.objects.create(job_id=context.job.pk, attempt=context.attempt, label=label)
+
+
+@job(takes_context=True, name="tests.flaky", max_retries=5)
+def flaky(context: JobContext, fail_times: int) -> str:
+    if context.attempt <= fail_times:
+        try:
+            raise KeyError("root cause")
+        except KeyError as exc:
+            raise RuntimeError(f"failure {context.attempt}") from exc
+    return "ok"
+
+
+@job(name="tests.always_fails", max_retries=2)
+def always_fails() -> None:
+    try:
+        {}["missing"]
+    except KeyError as exc:
+        raise ValueError("cannot process") from exc
+
+
+@job(name="tests.snoozer", takes_context=True)
+def snoozer(context: JobContext, seconds: float = 60) -> None:
+    raise Snooze(seconds)
+
+
+@job(name="tests.canceller")
+def canceller() -> None:
+    raise Cancel("order was refunded")
+
+
+@job(name="tests.discarder")
+def discarder() -> None:
+    raise Discard("malformed input")
+
+
+@job(name="tests.sleepy", takes_context=True, max_retries=3)
+def sleepy(context: JobContext, seconds: float, marker_dir: str = "") -> None:
+    """Sleeps in small steps, so interruption and timeouts can stop it."""
+    if marker_dir:
+        Path(marker_dir, f"started-{context.job.pk}-{context.attempt}-{os.getpid()}").touch()
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        time.sleep(0.01)
+    SideEffect.objects.create(job_id=context.job.pk, attempt=context.attempt, label="slept")
+
+
+@job(name="tests.slow_timeout", timeout=0.5, max_retries=0)
+def slow_timeout() -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+@job(name="tests.async_add")
+async def async_add(a: int, b: int) -> int:
+    await asyncio.sleep(0)
+    return a + b
+
+
+@job(name="tests.async_slow", timeout=0.3, max_retries=0)
+async def async_slow() -> None:
+    await asyncio.sleep(30)
+
+
+@job(name="tests.logs", takes_context=True)
+def logs(context: JobContext) -> None:
+    context.logger.info("hello from %s", "the handler")
+    context.logger.warning("careful")
+    context.progress(50)
+
+
+@job(name="tests.fixed_backoff", backoff=[1, 2], max_retries=3)
+def fixed_backoff() -> None:
+    raise RuntimeError("nope")
