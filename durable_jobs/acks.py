@@ -28,15 +28,15 @@ from durable_jobs.worker.execute import RunResult
 
 #: Outcomes that give the attempt back: they are not failures of the job.
 GIVEN_BACK = frozenset({Outcome.SNOOZED, Outcome.INTERRUPTED})
-FAILURES = frozenset({Outcome.FAILED, Outcome.TIMED_OUT, Outcome.LOST})
 
 EVENT_LEVELS = {
     "completed": logging.INFO,
-    "retrying": logging.WARNING,
+    "retried": logging.WARNING,
     "dead": logging.ERROR,
     "cancelled": logging.INFO,
     "snoozed": logging.INFO,
     "handed back": logging.WARNING,
+    "rescued": logging.WARNING,
 }
 
 
@@ -79,7 +79,7 @@ def decide(result: RunResult, *, node: str) -> Ack:
         target, event = State.DEAD, "dead"
         changes.update(finished_at=now, last_error=error_message)
     else:
-        target, event = State.RETRYING, "retrying"
+        target, event = State.RETRYING, "retried"
         delay = datetime.timedelta(seconds=retry_delay(job))
         changes.update(available_at=now + delay, last_error=error_message)
     attempt = Attempt(

@@ -84,7 +84,9 @@ def _check_queues(queues: Any) -> list[CheckMessage]:
                 )
             )
             continue
-        concurrency = (options or {}).get("concurrency", 10) if isinstance(options, dict) else None
+        if options is None:
+            options = {}
+        concurrency = options.get("concurrency", 10) if isinstance(options, dict) else None
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
             errors.append(
                 Error(
@@ -98,20 +100,22 @@ def _check_queues(queues: Any) -> list[CheckMessage]:
 
 def _check_timing(merged: dict[str, Any]) -> list[CheckMessage]:
     errors: list[CheckMessage] = []
-    numbers = (
-        "LEASE_SECONDS",
-        "HEARTBEAT_SECONDS",
-        "SHUTDOWN_GRACE_SECONDS",
-        "POLL_INTERVAL",
-        "BACKOFF_BASE_SECONDS",
-        "BACKOFF_MAX_SECONDS",
-    )
-    for key in numbers:
+    # Setting -> whether 0 is allowed.
+    numbers = {
+        "LEASE_SECONDS": False,
+        "HEARTBEAT_SECONDS": False,
+        "SHUTDOWN_GRACE_SECONDS": True,
+        "POLL_INTERVAL": False,
+        "BACKOFF_BASE_SECONDS": True,
+        "BACKOFF_MAX_SECONDS": True,
+    }
+    for key, zero_ok in numbers.items():
         value = merged[key]
-        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        bad_type = isinstance(value, bool) or not isinstance(value, int | float)
+        if bad_type or value < 0 or (value == 0 and not zero_ok):
             errors.append(
                 Error(
-                    f"{key} must be a number >= 0 (got {value!r}).",
+                    f"{key} must be a number {'>= 0' if zero_ok else '> 0'} (got {value!r}).",
                     hint=HINT_DOCS,
                     id="durable_jobs.E004",
                 )
@@ -172,6 +176,17 @@ def check_databases(
             )
         )
     elif connection.vendor == "sqlite":
+        import sqlite3
+
+        if sqlite3.sqlite_version_info < (3, 35):
+            messages.append(
+                Error(
+                    f"SQLite {sqlite3.sqlite_version} is too old: durable_jobs needs 3.35 or "
+                    "newer (UPDATE ... RETURNING).",
+                    hint="Use a Python built against a newer SQLite, or PostgreSQL.",
+                    id="durable_jobs.E008",
+                )
+            )
         mode = (connection.settings_dict.get("OPTIONS") or {}).get("transaction_mode")
         if (mode or "").upper() != "IMMEDIATE":
             messages.append(
@@ -184,3 +199,26 @@ def check_databases(
                 )
             )
     return messages
+
+
+@register()
+def check_handler_queues(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
+) -> list[CheckMessage]:
+    """A handler whose queue no default worker serves would wait forever."""
+    from durable_jobs.registry import all_handlers
+
+    queues = merged_settings()["QUEUES"]
+    if not isinstance(queues, dict) or not queues:
+        return []  # E003 already reports it
+    return [
+        Warning(
+            f"Job handler {handler.name!r} uses queue {handler.queue!r}, which is not in "
+            f"{SETTINGS_NAME}['QUEUES']; a worker started without --queues will not run it.",
+            hint=f"Add {handler.queue!r} to {SETTINGS_NAME}['QUEUES'], or start a worker with "
+            f"--queues {handler.queue}.",
+            id="durable_jobs.W002",
+        )
+        for handler in all_handlers().values()
+        if handler.queue not in queues
+    ]

@@ -81,7 +81,11 @@ class JobLoggerAdapter(logging.LoggerAdapter):
     def log(self, level: int, msg: Any, *args: Any, **kwargs: Any) -> None:
         if len(self.lines) < self.max_lines:
             stamp = datetime.datetime.now(datetime.UTC).strftime("%H:%M:%S.%f")[:-3]
-            text = str(msg) % args if args else str(msg)
+            try:
+                text = str(msg) % args if args else str(msg)
+            except (TypeError, ValueError):
+                # Logging itself reports such mistakes without failing the caller; so do we.
+                text = f"{msg!s} {args!r}"
             self.lines.append(f"{stamp} {logging.getLevelName(level)} {text}")
         elif len(self.lines) == self.max_lines:
             self.lines.append("... further lines not kept")

@@ -50,8 +50,6 @@ ALLOWED_SOURCES: Mapping[State, frozenset[State]] = {
 CLAIMABLE: frozenset[State] = ALLOWED_SOURCES[State.LEASED]
 #: States in which a job will not run again on its own.
 FINAL: frozenset[State] = frozenset({State.COMPLETED, State.DEAD, State.CANCELLED})
-#: States in which a job still waits to run (its key is "taken" for idempotency).
-PENDING: frozenset[State] = frozenset({State.QUEUED, State.RETRYING, State.LEASED})
 
 
 def can_move(source: str, target: str) -> bool:

@@ -25,7 +25,7 @@ def test_the_test_settings_pass() -> None:
         ({"QUEUE": {}}, ["durable_jobs.E002"]),
         ({"QUEUES": {}}, ["durable_jobs.E003"]),
         ({"QUEUES": {"default": {"concurrency": 0}}}, ["durable_jobs.E003"]),
-        ({"QUEUES": {"a:b": {}}}, ["durable_jobs.E003"]),
+        ({"QUEUES": {"default": {}, "a:b": {}}}, ["durable_jobs.E003"]),
         ({"LEASE_SECONDS": 10, "HEARTBEAT_SECONDS": 8}, ["durable_jobs.E004"]),
         ({"POLL_INTERVAL": "fast"}, ["durable_jobs.E004"]),
         ({"PRUNE_AFTER_DAYS": 0}, ["durable_jobs.E004"]),
@@ -61,3 +61,28 @@ def test_settings_cache_follows_override_settings() -> None:
         assert get_settings().lease_seconds == 99
         assert get_settings().poll_interval == 1.0  # the documented default fills the gaps
     assert get_settings().lease_seconds == 30
+
+
+def test_a_handler_on_an_unconfigured_queue_is_warned() -> None:
+    from durable_jobs import job
+    from durable_jobs.registry import _handlers
+
+    @job(queue="nowhere", name="tests.nowhere")
+    def nowhere() -> None:
+        pass
+
+    try:
+        messages = [m for m in checks.run_checks() if m.id == "durable_jobs.W002"]
+        assert len(messages) == 1
+        assert "'tests.nowhere' uses queue 'nowhere'" in messages[0].msg
+    finally:
+        del _handlers["tests.nowhere"]
+
+
+def test_queue_options_may_be_empty() -> None:
+    assert ids({"QUEUES": {"default": None, "emails": {}}}) == []
+
+
+def test_poll_interval_must_be_positive() -> None:
+    assert ids({"POLL_INTERVAL": 0}) == ["durable_jobs.E004"]
+    assert ids({"SHUTDOWN_GRACE_SECONDS": 0}) == []

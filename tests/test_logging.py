@@ -36,7 +36,7 @@ def test_lifecycle_records_carry_the_job_fields(caplog) -> None:
     caplog.set_level(logging.INFO, logger="durable_jobs")
     job = jobs.always_fails.delay()
     drain()
-    (record,) = [r for r in caplog.records if getattr(r, "event", None) == "retrying"]
+    (record,) = [r for r in caplog.records if getattr(r, "event", None) == "retried"]
     assert record.job_id == job.pk
     assert record.queue == "default"
     assert record.job_name == "tests.always_fails"  # LogRecord.name is the logger's

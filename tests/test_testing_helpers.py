@@ -50,3 +50,15 @@ def test_durable_jobs_fixture(durable_jobs) -> None:
     durable_jobs.assert_enqueued(jobs.record, label="x")
     assert durable_jobs.drain() == {"completed": 1}
     assert SideEffect.objects.get().label == "x"
+
+
+def test_perform_runs_async_handlers_with_a_context() -> None:
+    assert perform(jobs.async_context, x=21) == 42
+    assert perform(jobs.async_add, a=1, b=2) == 3
+
+
+def test_a_logging_mistake_in_a_handler_does_not_fail_the_job() -> None:
+    job = jobs.bad_log_format.delay()
+    assert drain() == {"completed": 1}
+    job.refresh_from_db()
+    assert job.result == "still fine"

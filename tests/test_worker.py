@@ -190,3 +190,24 @@ def test_parse_queues() -> None:
         parse_queues("default:x")
     with pytest.raises(ImproperlyConfiguredQueue, match="at least 1"):
         parse_queues("default:0")
+
+
+def test_a_handler_raising_system_exit_fails_its_job_not_the_worker(durable_worker) -> None:
+    job = jobs.exits.delay()  # max_retries=0
+    durable_worker("default:1")
+    wait_for(lambda: state_of(job) == State.DEAD, timeout=10)
+    assert Attempt.objects.get(job=job).error_class == "builtins.SystemExit"
+    after = jobs.add.delay(a=1)  # the slot and the worker survive
+    wait_for(lambda: state_of(after) == State.COMPLETED, timeout=10)
+
+
+def test_a_chosen_node_name_takes_over_a_crashed_predecessor_only() -> None:
+    from durable_jobs.worker.node import NodeNameTaken, register_node
+
+    Node.objects.create(
+        name="web-1", pid=1, last_heartbeat_at=timezone.now() - datetime.timedelta(minutes=5)
+    )
+    node = register_node({"default": 1}, name="web-1", using="default", stale_after=60)
+    assert Node.objects.get(name="web-1").pk == node.pk
+    with pytest.raises(NodeNameTaken, match="already named 'web-1'"):
+        register_node({"default": 1}, name="web-1", using="default", stale_after=60)

@@ -7,7 +7,9 @@ database connection, so they work inside a test's transaction (pytest-django's
 
 from __future__ import annotations
 
+import asyncio
 import collections
+import inspect
 from typing import Any
 
 from django.utils import timezone
@@ -61,10 +63,23 @@ def perform(handler: JobHandler, **kwargs: Any) -> Any:
     job = Job(
         name=handler.name, queue=handler.queue, payload=payload, attempts=1, state=State.LEASED
     )
+    args: tuple[Any, ...] = ()
     if handler.takes_context:
-        context = JobContext(job=job, logger=JobLoggerAdapter(job_fields(job, node=TEST_NODE)))
-        return handler.func(context, **payload)
-    return handler.func(**payload)
+        args = (_PerformContext(job=job, logger=JobLoggerAdapter(job_fields(job, node=TEST_NODE))),)
+    result = handler.func(*args, **payload)
+    if inspect.iscoroutine(result):
+        result = asyncio.run(result)
+    return result
+
+
+class _PerformContext(JobContext):
+    """A context for a job that has no row: progress is kept in memory, the lease always holds."""
+
+    def progress(self, percent: float) -> None:
+        self.job.progress = max(0.0, min(100.0, float(percent)))
+
+    def heartbeat(self) -> bool:
+        return True
 
 
 def enqueued_jobs(handler: JobHandler | str, **payload_subset: Any) -> list[Job]:

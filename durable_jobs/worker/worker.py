@@ -31,6 +31,7 @@ from durable_jobs import acks, wakeup
 from durable_jobs.conf import get_settings
 from durable_jobs.db import backend_for
 from durable_jobs.exceptions import ImproperlyConfiguredQueue, JobTimeout
+from durable_jobs.logging import log_event
 from durable_jobs.models import Job, Node, Outcome
 from durable_jobs.plugins import Plugin, default_plugins
 from durable_jobs.states import claim
@@ -131,14 +132,22 @@ class Worker:
         self.queues: dict[str, int] = dict(queues)
         self.burst = burst
         self.max_jobs = max_jobs
-        self.lease_seconds = float(lease_seconds or settings.lease_seconds)
+        self.lease_seconds = float(
+            settings.lease_seconds if lease_seconds is None else lease_seconds
+        )
         self.heartbeat_seconds = float(
-            heartbeat_seconds or min(settings.heartbeat_seconds, self.lease_seconds / 3)
+            min(settings.heartbeat_seconds, self.lease_seconds / 3)
+            if heartbeat_seconds is None
+            else heartbeat_seconds
         )
         self.shutdown_grace = float(
             settings.shutdown_grace_seconds if shutdown_grace is None else shutdown_grace
         )
-        self.poll_interval = float(poll_interval or settings.poll_interval)
+        self.poll_interval = float(
+            settings.poll_interval if poll_interval is None else poll_interval
+        )
+        if self.lease_seconds <= 0 or self.heartbeat_seconds <= 0 or self.poll_interval <= 0:
+            raise ValueError("lease_seconds, heartbeat_seconds and poll_interval must be > 0")
         self.plugins = list(default_plugins() if plugins is None else plugins)
         self.alias = backend_for(using).alias
         self.requested_name = name
@@ -208,7 +217,12 @@ class Worker:
             connections.close_all()
 
     def _start(self) -> None:
-        self.node = register_node(self.queues, name=self.requested_name, using=self.alias)
+        self.node = register_node(
+            self.queues,
+            name=self.requested_name,
+            using=self.alias,
+            stale_after=self.lease_seconds,
+        )
         self._pool = ThreadPool(
             sum(self.queues.values()), work=self._work, report=self._report, name=self.node.name
         )
@@ -283,8 +297,6 @@ class Worker:
         self._running[job.pk] = running
         self._per_queue[job.queue] += 1
         self.stats.claimed += 1
-        from durable_jobs.logging import log_event
-
         log_event(logging.DEBUG, "leased", job, node=self.node.name)
         assert self._pool is not None
         self._pool.submit(running)
@@ -295,6 +307,17 @@ class Worker:
         close_old_connections()
         try:
             return execute(running.job, node=self.node.name, lease_seconds=self.lease_seconds)
+        except (SystemExit, KeyboardInterrupt) as exc:
+            # Raised by the handler itself (signals only reach the main thread): in a pool
+            # thread it can stop nothing but this job, so it is that job's failure.
+            started = running.job.attempted_at or timezone.now()
+            return RunResult(
+                job=running.job,
+                outcome=Outcome.FAILED,
+                started_at=started,
+                finished_at=max(timezone.now(), started),
+                error=exc,
+            )
         finally:
             close_old_connections()
 
@@ -310,8 +333,13 @@ class Worker:
                 return
             self._running.pop(running.job.pk, None)
             self._per_queue[running.job.queue] -= 1
-            if running.resolved or result is None:
+            if running.resolved:
                 continue
+            if result is None:
+                # Only an interruption yields no result, and the loop resolves a job before
+                # interrupting it; record a failure rather than ever leave the job leased.
+                now = timezone.now()
+                result = acks.unreported_result(running.job, now=now, outcome=Outcome.LOST)
             self._finish(running, result)
 
     def _finish(self, running: Running, result: RunResult) -> None:
@@ -427,6 +455,7 @@ class Worker:
             self._wake.wait(min(0.05, max(deadline - time.monotonic(), 0.001)))
             self._wake.clear()
             self._with_retries(self._collect_and_flush, deadline)
+            self._with_retries(self._enforce_timeouts, deadline)
             # Keep renewing leases: a grace period longer than the lease must not let
             # another node rescue (and run again) a job that is about to finish here.
             self._with_retries(self._run_plugins, deadline)

@@ -98,3 +98,21 @@ def logs(context: JobContext) -> None:
 @job(name="tests.fixed_backoff", backoff=[1, 2], max_retries=3)
 def fixed_backoff() -> None:
     raise RuntimeError("nope")
+
+
+@job(name="tests.exits", max_retries=0)
+def exits() -> None:
+    raise SystemExit(3)
+
+
+@job(name="tests.bad_log_format", takes_context=True)
+def bad_log_format(context: JobContext) -> str:
+    context.logger.info("two placeholders %s %s", "one")
+    return "still fine"
+
+
+@job(name="tests.async_context", takes_context=True)
+async def async_context(context: JobContext, x: int) -> int:
+    context.progress(30)
+    assert context.heartbeat()
+    return x * 2

@@ -10,6 +10,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from durable_jobs.exceptions import ImproperlyConfiguredQueue
 from durable_jobs.worker import Worker, parse_queues
+from durable_jobs.worker.node import NodeNameTaken
 
 
 def positive_float(value: str) -> float:
@@ -88,7 +89,10 @@ class Command(BaseCommand):
             name=options["name"],
         )
         worker.install_signal_handlers()
-        code = worker.run()
+        try:
+            code = worker.run()
+        except NodeNameTaken as exc:
+            raise CommandError(str(exc)) from None
         if code:
             sys.exit(code)
 
