@@ -14,6 +14,7 @@ __all__ = [
     "EnqueueError",
     "JobContext",
     "JobHandler",
+    "Scheduler",
     "Snooze",
     "UnknownJob",
     "enqueue",
@@ -25,6 +26,16 @@ __version__ = "0.1.0"
 
 if TYPE_CHECKING:
     from durable_jobs.models import Job
+    from durable_jobs.schedules.scheduler import Scheduler
+
+
+def __getattr__(name: str) -> Any:
+    # Scheduler imports the models, which must wait until Django's apps are ready.
+    if name == "Scheduler":
+        from durable_jobs.schedules.scheduler import Scheduler
+
+        return Scheduler
+    raise AttributeError(f"module 'durable_jobs' has no attribute {name!r}")
 
 
 def enqueue(name: str, payload: dict[str, Any] | None = None, **options: Any) -> Job:

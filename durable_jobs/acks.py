@@ -23,7 +23,8 @@ from durable_jobs.db import backend_for
 from durable_jobs.exceptions import LeaseExpired, UnknownJob, WorkerStopped
 from durable_jobs.logging import log_event
 from durable_jobs.models import Attempt, Job, Outcome
-from durable_jobs.states import State, transition
+from durable_jobs.signals import job_finished
+from durable_jobs.states import FINAL, State, transition
 from durable_jobs.worker.execute import RunResult
 
 #: Outcomes that give the attempt back: they are not failures of the job.
@@ -112,6 +113,8 @@ def apply(ack: Ack, *, using: str | None = None) -> bool:
             moved = True
     if moved:
         ack.job.state = ack.target
+        if ack.target in FINAL:
+            job_finished.send(sender=Job, job=ack.job, attempt=ack.attempt)
         log_event(
             EVENT_LEVELS.get(ack.event, logging.INFO),
             ack.event,

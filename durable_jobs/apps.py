@@ -11,7 +11,10 @@ class DurableJobsConfig(AppConfig):
     def ready(self) -> None:
         from durable_jobs import checks  # noqa: F401  (registers the system checks)
         from durable_jobs.db.sqlite import configure_connection
+        from durable_jobs.schedules.outcomes import record_job_outcome
+        from durable_jobs.signals import job_finished
 
         connection_created.connect(configure_connection, dispatch_uid="durable_jobs.sqlite")
+        job_finished.connect(record_job_outcome, dispatch_uid="durable_jobs.schedule_outcome")
         # Handlers register themselves when each installed app's jobs.py is imported.
         autodiscover_modules("jobs")

@@ -108,6 +108,8 @@ def _check_timing(merged: dict[str, Any]) -> list[CheckMessage]:
         "POLL_INTERVAL": False,
         "BACKOFF_BASE_SECONDS": True,
         "BACKOFF_MAX_SECONDS": True,
+        "SCHEDULER_INTERVAL": False,
+        "SCHEDULE_MISFIRE_GRACE_SECONDS": True,
     }
     for key, zero_ok in numbers.items():
         value = merged[key]
@@ -222,3 +224,39 @@ def check_handler_queues(
         for handler in all_handlers().values()
         if handler.queue not in queues
     ]
+
+
+@register()
+def check_declared_schedules(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
+) -> list[CheckMessage]:
+    """Each DURABLE_JOBS["SCHEDULES"] entry must parse, name a known zone and a known handler."""
+    from durable_jobs.exceptions import UnknownJob
+    from durable_jobs.schedules.definitions import spec_from_settings
+    from durable_jobs.schedules.expressions import InvalidSchedule
+
+    declared = merged_settings()["SCHEDULES"]
+    if not isinstance(declared, dict):
+        return [
+            Error(
+                "SCHEDULES must be a dict of schedule id -> definition.",
+                hint='For example {"nightly": {"cron": "0 3 * * *", "job": "app.task"}}.',
+                id="durable_jobs.E010",
+            )
+        ]
+    messages: list[CheckMessage] = []
+    for key, entry in declared.items():
+        try:
+            spec_from_settings(key, entry)
+        except UnknownJob as exc:
+            messages.append(Error(str(exc), obj=f"SCHEDULES[{key!r}]", id="durable_jobs.E011"))
+        except InvalidSchedule as exc:
+            messages.append(
+                Error(
+                    str(exc),
+                    obj=f"SCHEDULES[{key!r}]",
+                    hint="See the schedules guide for expressions, timezones and options.",
+                    id="durable_jobs.E010",
+                )
+            )
+    return messages

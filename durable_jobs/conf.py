@@ -38,6 +38,10 @@ DEFAULTS: dict[str, Any] = {
     "BACKOFF_MAX_SECONDS": 3600,
     # Durable schedules declared in settings, synced to the Schedule table.
     "SCHEDULES": {},
+    # Seconds between scheduler heartbeats (each one enqueues the schedules that are due).
+    "SCHEDULER_INTERVAL": 1.0,
+    # A due occurrence older than this counts as missed (see a schedule's catch_up policy).
+    "SCHEDULE_MISFIRE_GRACE_SECONDS": 60,
     # Payload keys containing any of these (case-insensitive) are masked in the admin, CLI and logs.
     "REDACT_KEYS": [
         "password",
@@ -77,6 +81,8 @@ class Settings:
     backoff_base_seconds: float
     backoff_max_seconds: float
     schedules: Mapping[str, Any]
+    scheduler_interval: float
+    schedule_misfire_grace_seconds: float
     redact_keys: tuple[str, ...]
     sqlite_wal: bool
     notify_channel: str
@@ -113,6 +119,8 @@ def get_settings() -> Settings:
         backoff_base_seconds=float(raw["BACKOFF_BASE_SECONDS"]),
         backoff_max_seconds=float(raw["BACKOFF_MAX_SECONDS"]),
         schedules=raw["SCHEDULES"],
+        scheduler_interval=float(raw["SCHEDULER_INTERVAL"]),
+        schedule_misfire_grace_seconds=float(raw["SCHEDULE_MISFIRE_GRACE_SECONDS"]),
         redact_keys=tuple(k.lower() for k in raw["REDACT_KEYS"]),
         sqlite_wal=bool(raw["SQLITE_WAL"]),
         notify_channel=str(raw["NOTIFY_CHANNEL"]),

@@ -74,14 +74,25 @@ def build_job(handler: JobHandler, payload: dict[str, Any], options: EnqueueOpti
 
 def enqueue_job(handler: JobHandler, payload: dict[str, Any], options: EnqueueOptions) -> Job:
     """Insert one job (or find the one holding its idempotency key) and return it."""
+    return insert_or_get(handler, payload, options)[0]
+
+
+def insert_or_get(
+    handler: JobHandler,
+    payload: dict[str, Any],
+    options: EnqueueOptions,
+    *,
+    using: str | None = None,
+) -> tuple[Job, bool]:
+    """``(job, created)``: the new job, or the existing one holding its idempotency key."""
     job = build_job(handler, payload, options)
-    backend = backend_for()
+    backend = backend_for(using)
     available_now = job.available_at <= job.created_at
     job_id = backend.insert_job(job, notify=available_now)
     if job_id is None:
         existing = Job.objects.using(backend.alias).get(idempotency_key=job.idempotency_key)
         log_event(logging.DEBUG, "duplicate enqueue", existing, idempotency_key=job.idempotency_key)
-        return existing
+        return existing, False
     job.pk = job_id
     job._state.adding = False
     job._state.db = backend.alias
@@ -90,7 +101,7 @@ def enqueue_job(handler: JobHandler, payload: dict[str, Any], options: EnqueueOp
     if available_now:
         # Runs at once outside a transaction; after COMMIT inside one; never on rollback.
         transaction.on_commit(wake_local_workers, using=backend.alias)
-    return job
+    return job, True
 
 
 def _available_at(name: str, now: datetime.datetime, options: EnqueueOptions) -> datetime.datetime:

@@ -12,6 +12,7 @@ from typing import Any
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
+from django.utils.timezone import now
 
 from durable_jobs.states import CLAIMABLE, FINAL, State
 
@@ -153,3 +154,61 @@ class Attempt(models.Model):
 
     def __str__(self) -> str:
         return f"attempt {self.number} of job {self.job_id}: {self.outcome}"
+
+
+class CatchUp(models.TextChoices):
+    """What a schedule does with occurrences missed while no heartbeat ran."""
+
+    LATEST = "latest", "Run the most recent missed occurrence once"
+    ALL = "all", "Run every missed occurrence, up to catch_up_limit"
+    SKIP = "skip", "Skip missed occurrences"
+
+
+class Schedule(models.Model):
+    """A durable schedule: the heartbeat turns each due occurrence into one job."""
+
+    # (The ``timezone`` field shadows django.utils.timezone inside this class body.)
+    id = models.CharField(primary_key=True, max_length=150)
+    expression = models.CharField(
+        max_length=200, help_text="5- or 6-field cron, an interval like 5m, or once:<ISO time>."
+    )
+    timezone = models.CharField(
+        max_length=64, default="UTC", help_text="IANA name, e.g. Europe/Paris."
+    )
+    queue = models.CharField(max_length=100, default="default")
+    name = models.CharField(max_length=255, help_text="The handler's registered name.")
+    payload = models.JSONField(default=dict, blank=True)
+    priority = models.SmallIntegerField(default=0)
+    enabled = models.BooleanField(default=True)
+    next_run_at = models.DateTimeField(null=True, blank=True)
+    last_run_at = models.DateTimeField(null=True, blank=True)
+    last_status = models.CharField(max_length=20, blank=True, default="")
+    last_error = models.TextField(blank=True, default="")
+    last_duration_ms = models.FloatField(null=True, blank=True)
+    last_job_id = models.BigIntegerField(null=True, blank=True)
+    run_count = models.PositiveIntegerField(default=0)
+    fail_count = models.PositiveIntegerField(default=0)
+    consecutive_fails = models.PositiveIntegerField(default=0)
+    max_consecutive_fails = models.PositiveIntegerField(default=5)
+    catch_up = models.CharField(max_length=10, choices=CatchUp.choices, default=CatchUp.LATEST)
+    catch_up_limit = models.PositiveIntegerField(default=10)
+    # Schedules declared in DURABLE_JOBS["SCHEDULES"] are removed when the declaration goes;
+    # those created through the API are left alone.
+    declared_in_settings = models.BooleanField(default=False)
+    created_at = models.DateTimeField(default=now)
+    updated_at = models.DateTimeField(default=now)
+    metadata = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["id"]
+        indexes = [
+            # The heartbeat reads only due, enabled schedules, however many exist.
+            models.Index(
+                fields=["next_run_at"],
+                name="durable_schedule_due_idx",
+                condition=Q(enabled=True),
+            )
+        ]
+
+    def __str__(self) -> str:
+        return self.id

@@ -8,9 +8,13 @@ from durable_jobs.plugins.base import Plugin
 from durable_jobs.plugins.heartbeat import Heartbeat
 from durable_jobs.plugins.pruner import Pruner
 from durable_jobs.plugins.rescuer import Rescuer
+from durable_jobs.plugins.scheduler import SchedulerPlugin
 
-__all__ = ["Heartbeat", "Plugin", "Pruner", "Rescuer", "default_plugins"]
+__all__ = ["Heartbeat", "Plugin", "Pruner", "Rescuer", "SchedulerPlugin", "default_plugins"]
 
 
-def default_plugins() -> list[Plugin]:
-    return [Heartbeat(), Rescuer(), Pruner()]
+def default_plugins(*, scheduler: bool = True) -> list[Plugin]:
+    plugins: list[Plugin] = [Heartbeat(), Rescuer(), Pruner()]
+    if scheduler:
+        plugins.append(SchedulerPlugin())
+    return plugins

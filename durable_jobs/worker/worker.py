@@ -123,6 +123,7 @@ class Worker:
         shutdown_grace: float | None = None,
         poll_interval: float | None = None,
         plugins: Sequence[Plugin] | None = None,
+        scheduler: bool = True,
         using: str | None = None,
         name: str | None = None,
     ) -> None:
@@ -148,7 +149,9 @@ class Worker:
         )
         if self.lease_seconds <= 0 or self.heartbeat_seconds <= 0 or self.poll_interval <= 0:
             raise ValueError("lease_seconds, heartbeat_seconds and poll_interval must be > 0")
-        self.plugins = list(default_plugins() if plugins is None else plugins)
+        # The schedule heartbeat runs before the first claim, so a burst worker also
+        # processes the occurrences that are due when it starts.
+        self.plugins = list(default_plugins(scheduler=scheduler) if plugins is None else plugins)
         self.alias = backend_for(using).alias
         self.requested_name = name
         self.stats = WorkerStats()

@@ -116,3 +116,18 @@ async def async_context(context: JobContext, x: int) -> int:
     context.progress(30)
     assert context.heartbeat()
     return x * 2
+
+
+@job(name="tests.scheduled_report", takes_context=True)
+def scheduled_report(context: JobContext, countries: list[str], window: str = "weekly") -> dict:
+    """Returns what it learned, so tests can read it from the job's result."""
+    return {
+        "schedule_id": context.schedule_id,
+        "scheduled_run_at": context.scheduled_run_at.isoformat()
+        if context.scheduled_run_at
+        else None,
+        "run_timestamp": context.run_timestamp.isoformat() if context.run_timestamp else None,
+        "idempotency_key": context.idempotency_key,
+        "countries": countries,
+        "window": window,
+    }

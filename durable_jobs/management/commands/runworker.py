@@ -70,6 +70,11 @@ class Command(BaseCommand):
             "--poll-interval", type=positive_float, default=None, help="Seconds between polls."
         )
         parser.add_argument("--name", default=None, help="Node name (default: a synthetic one).")
+        parser.add_argument(
+            "--no-scheduler",
+            action="store_true",
+            help="Do not run the schedule heartbeat in this worker.",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:
@@ -87,6 +92,7 @@ class Command(BaseCommand):
             shutdown_grace=options["shutdown_grace"],
             poll_interval=options["poll_interval"],
             name=options["name"],
+            scheduler=not options["no_scheduler"],
         )
         worker.install_signal_handlers()
         try:

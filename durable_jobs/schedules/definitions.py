@@ -1,0 +1,163 @@
+"""Validating what a schedule should be, from the API, the CLI or settings, before any write."""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from durable_jobs import registry
+from durable_jobs.exceptions import EnqueueError
+from durable_jobs.handlers import JobHandler, _check_priority, _check_queue
+from durable_jobs.models import CatchUp
+from durable_jobs.schedules.expressions import (
+    Expression,
+    InvalidSchedule,
+    Once,
+    get_zone,
+    once_at,
+    parse,
+    parse_interval,
+)
+
+MAX_ID_LENGTH = 150
+
+
+@dataclass
+class ScheduleSpec:
+    id: str
+    expression: Expression
+    timezone: str
+    name: str
+    queue: str
+    payload: dict[str, Any]
+    priority: int
+    enabled: bool = True
+    max_consecutive_fails: int = 5
+    catch_up: str = CatchUp.LATEST
+    catch_up_limit: int = 10
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def first_run_at(self, now: datetime.datetime) -> datetime.datetime | None:
+        """When a new (or resumed, or redefined) schedule first runs."""
+        if isinstance(self.expression, Once):
+            return self.expression.at  # a one-off time in the past is simply overdue
+        return self.expression.next_after(now, get_zone(self.timezone), anchor=now)
+
+
+def build_spec(
+    id: str,
+    *,
+    name: str | JobHandler,
+    expression: str | datetime.timedelta | None = None,
+    interval: str | datetime.timedelta | None = None,
+    run_at: datetime.datetime | None = None,
+    timezone: str = "UTC",
+    queue: str | None = None,
+    payload: Mapping[str, Any] | None = None,
+    priority: int | None = None,
+    enabled: bool = True,
+    max_consecutive_fails: int = 5,
+    catch_up: str = CatchUp.LATEST,
+    catch_up_limit: int = 10,
+    metadata: Mapping[str, Any] | None = None,
+) -> ScheduleSpec:
+    """A validated schedule definition; raises a clear error naming the first problem."""
+    if not isinstance(id, str) or not id.strip() or len(id) > MAX_ID_LENGTH:
+        raise InvalidSchedule(
+            f"A schedule id must be a non-empty string of at most {MAX_ID_LENGTH} characters"
+        )
+    given = [x for x in (expression, interval, run_at) if x is not None]
+    if len(given) != 1:
+        raise InvalidSchedule(
+            f"Schedule {id!r}: give exactly one of expression (cron), interval or run_at "
+            f"(got {len(given)})."
+        )
+    if expression is not None:
+        parsed = parse(expression)
+    elif interval is not None:
+        parsed = parse_interval(interval)
+    else:
+        assert run_at is not None
+        parsed = once_at(run_at)
+    get_zone(timezone)
+    handler = name if isinstance(name, JobHandler) else registry.get_handler(name)
+    try:
+        checked_payload = handler.check_arguments((), dict(payload or {}))
+        queue_name = handler.queue if queue is None else _check_queue(queue, handler.name)
+        prio = handler.priority if priority is None else _check_priority(priority, handler.name)
+    except EnqueueError as exc:
+        raise InvalidSchedule(f"Schedule {id!r}: {exc}") from None
+    if catch_up not in CatchUp.values:
+        raise InvalidSchedule(
+            f"Schedule {id!r}: catch_up must be one of {', '.join(CatchUp.values)} "
+            f"(got {catch_up!r})."
+        )
+    for label, value in (
+        ("max_consecutive_fails", max_consecutive_fails),
+        ("catch_up_limit", catch_up_limit),
+    ):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise InvalidSchedule(
+                f"Schedule {id!r}: {label} must be an integer >= 1 (got {value!r})."
+            )
+    return ScheduleSpec(
+        id=id,
+        expression=parsed,
+        timezone=timezone,
+        name=handler.name,
+        queue=queue_name,
+        payload=checked_payload,
+        priority=prio,
+        enabled=bool(enabled),
+        max_consecutive_fails=max_consecutive_fails,
+        catch_up=catch_up,
+        catch_up_limit=catch_up_limit,
+        metadata=dict(metadata or {}),
+    )
+
+
+#: Keys of a DURABLE_JOBS["SCHEDULES"] entry -> build_spec arguments.
+SETTINGS_KEYS = {
+    "cron": "expression",
+    "expression": "expression",
+    "interval": "interval",
+    "run_at": "run_at",
+    "timezone": "timezone",
+    "job": "name",
+    "queue": "queue",
+    "payload": "payload",
+    "priority": "priority",
+    "enabled": "enabled",
+    "max_consecutive_fails": "max_consecutive_fails",
+    "catch_up": "catch_up",
+    "catch_up_limit": "catch_up_limit",
+    "metadata": "metadata",
+}
+
+
+def spec_from_settings(id: str, entry: Any) -> ScheduleSpec:
+    """A spec from one ``DURABLE_JOBS["SCHEDULES"]`` entry."""
+    if not isinstance(entry, Mapping):
+        raise InvalidSchedule(
+            f"SCHEDULES[{id!r}] must be a dict, e.g. {{'cron': '0 3 * * *', 'job': 'app.task'}}"
+        )
+    unknown = sorted(set(entry) - set(SETTINGS_KEYS))
+    if unknown:
+        raise InvalidSchedule(
+            f"SCHEDULES[{id!r}] has unknown keys {', '.join(unknown)}; valid keys: "
+            f"{', '.join(sorted(SETTINGS_KEYS))}."
+        )
+    if "job" not in entry:
+        raise InvalidSchedule(f"SCHEDULES[{id!r}] needs 'job': the handler's registered name.")
+    kwargs = {SETTINGS_KEYS[k]: v for k, v in entry.items()}
+    run_at = kwargs.get("run_at")
+    if isinstance(run_at, str):
+        try:
+            kwargs["run_at"] = datetime.datetime.fromisoformat(run_at)
+        except ValueError:
+            raise InvalidSchedule(
+                f"SCHEDULES[{id!r}]['run_at'] is not an ISO 8601 time: {run_at!r}"
+            ) from None
+    return build_spec(id, **kwargs)

@@ -1,0 +1,289 @@
+"""Schedule expressions: cron, intervals and one-off times, and when they next occur.
+
+Cron is matched against the wall clock in the schedule's IANA timezone. Daylight
+saving time makes some wall-clock times not exist (spring forward) and others
+happen twice (fall back). The rule, in the order it is applied:
+
+1. **A time that does not exist runs once, at the first instant after the gap.**
+   ``30 2 * * *`` in America/New_York on the spring-forward day runs at 03:00 EDT.
+   If that instant is also a regular occurrence (``0 * * * *`` at 02:00 and 03:00),
+   it runs once.
+2. **A time that happens twice runs once, at its first occurrence** (the earlier,
+   daylight-time instant), so a daily job never runs twice in a day.
+3. **Except when the hour field is** ``*``: such an expression means "every hour"
+   (or every minute), not "at this hour of the day", so it runs at both instants
+   of a repeated hour. ``0 * * * *`` therefore fires every real hour across both
+   changes: no hour in UTC is doubled or lost.
+
+Every occurrence is an aware UTC datetime; the same inputs give the same
+occurrences on every node, which is what makes the heartbeat's idempotency keys
+deduplicate.
+"""
+
+from __future__ import annotations
+
+import datetime
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from croniter import CroniterBadCronError, CroniterBadDateError, CroniterError, croniter
+
+from durable_jobs.exceptions import DurableJobsError
+
+UTC = datetime.UTC
+
+ALIASES = {
+    "@yearly": "0 0 1 1 *",
+    "@annually": "0 0 1 1 *",
+    "@monthly": "0 0 1 * *",
+    "@weekly": "0 0 * * 0",
+    "@daily": "0 0 * * *",
+    "@midnight": "0 0 * * *",
+    "@hourly": "0 * * * *",
+}
+
+_INTERVAL_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d)\s*$")
+_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+#: How far back a transition can move the wall clock (the largest DST shift is 2 h).
+_MAX_SHIFT = datetime.timedelta(hours=3)
+#: Candidates examined before deciding an expression has no further occurrence.
+_MAX_CANDIDATES = 200_000
+
+
+class InvalidSchedule(DurableJobsError, ValueError):
+    """The schedule's expression, timezone or options are invalid; nothing was saved."""
+
+
+def get_zone(name: str) -> ZoneInfo:
+    if not isinstance(name, str) or not name:
+        raise InvalidSchedule("timezone must be an IANA name such as 'UTC' or 'Europe/Paris'")
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise InvalidSchedule(
+            f"Unknown timezone {name!r}. Use an IANA name such as 'UTC', 'Europe/Paris' or "
+            "'America/New_York' (install the tzdata package if the system has no zone files)."
+        ) from None
+
+
+@dataclass(frozen=True)
+class Cron:
+    text: str
+    has_seconds: bool
+    #: The hour field is "*": a repeated hour runs at both of its instants (rule 3).
+    every_hour: bool
+
+    kind = "cron"
+
+    def next_after(
+        self, instant: datetime.datetime, zone: ZoneInfo, anchor: datetime.datetime | None = None
+    ) -> datetime.datetime | None:
+        """The first occurrence strictly after ``instant`` (aware), or None if there is none."""
+        for candidate in self._candidates(instant, zone):
+            for occurrence in self._instants(candidate, zone):
+                if occurrence > instant:
+                    return occurrence
+        return None
+
+    def _candidates(
+        self, instant: datetime.datetime, zone: ZoneInfo
+    ) -> Iterator[datetime.datetime]:
+        start = instant.astimezone(zone).replace(tzinfo=None)
+        earlier = instant - _MAX_SHIFT
+        if earlier.astimezone(zone).utcoffset() != instant.astimezone(zone).utcoffset():
+            # The clock went back within reach: wall times before ``start`` may still lie
+            # ahead of ``instant`` in real time (the second pass of a repeated hour).
+            start = min(start, earlier.astimezone(zone).replace(tzinfo=None))
+        # Start a second early so a candidate equal to ``start`` is included.
+        it = croniter(
+            self.text,
+            start - datetime.timedelta(seconds=1),
+            ret_type=datetime.datetime,
+            second_at_beginning=self.has_seconds,
+        )
+        try:
+            for _ in range(_MAX_CANDIDATES):
+                yield it.get_next(datetime.datetime)
+        except CroniterBadDateError:
+            return
+
+    def _instants(self, wall: datetime.datetime, zone: ZoneInfo) -> list[datetime.datetime]:
+        first = wall.replace(tzinfo=zone, fold=0).astimezone(UTC)
+        second = wall.replace(tzinfo=zone, fold=1).astimezone(UTC)
+        first_ok = first.astimezone(zone).replace(tzinfo=None) == wall
+        second_ok = second.astimezone(zone).replace(tzinfo=None) == wall
+        if first_ok and second_ok:
+            if first == second:
+                return [first]
+            # A repeated wall time (rule 2, or rule 3 for every-hour expressions).
+            return [first, second] if self.every_hour else [min(first, second)]
+        if first_ok or second_ok:
+            return [first if first_ok else second]
+        return [_end_of_gap(wall, zone, min(first, second), max(first, second))]
+
+    def __str__(self) -> str:
+        return self.text
+
+
+@dataclass(frozen=True)
+class Interval:
+    seconds: float
+
+    kind = "interval"
+
+    @property
+    def delta(self) -> datetime.timedelta:
+        return datetime.timedelta(seconds=self.seconds)
+
+    def next_after(
+        self, instant: datetime.datetime, zone: ZoneInfo, anchor: datetime.datetime | None = None
+    ) -> datetime.datetime | None:
+        """``anchor + k * interval`` for the smallest k that lands after ``instant``.
+
+        Anchoring on the schedule's previous occurrence keeps every node's arithmetic
+        identical, so their idempotency keys agree.
+        """
+        if anchor is None:
+            return instant + self.delta
+        steps = int((instant - anchor) / self.delta) + 1 if instant >= anchor else 0
+        occurrence = anchor + steps * self.delta
+        while occurrence <= instant:
+            occurrence += self.delta
+        return occurrence
+
+    def __str__(self) -> str:
+        return format_interval(self.seconds)
+
+
+@dataclass(frozen=True)
+class Once:
+    at: datetime.datetime
+
+    kind = "once"
+
+    def next_after(
+        self, instant: datetime.datetime, zone: ZoneInfo, anchor: datetime.datetime | None = None
+    ) -> datetime.datetime | None:
+        return self.at if self.at > instant else None
+
+    def __str__(self) -> str:
+        return f"once:{self.at.astimezone(UTC).isoformat()}"
+
+
+Expression = Cron | Interval | Once
+
+
+def parse(value: str | datetime.timedelta) -> Expression:
+    """Parse a cron expression, an alias, an interval (``30s``, ``5m``, a timedelta) or
+    ``once:<aware ISO time>``; raise :class:`InvalidSchedule` naming the problem."""
+    if isinstance(value, datetime.timedelta):
+        return parse_interval(value)
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidSchedule("a schedule needs an expression: cron, an interval or once:<time>")
+    text = value.strip()
+    if text.lower().startswith("once:"):
+        return parse_once(text[5:])
+    if _INTERVAL_RE.match(text):
+        return parse_interval(text)
+    return parse_cron(text)
+
+
+def parse_cron(text: str) -> Cron:
+    expanded = ALIASES.get(text.lower(), text)
+    if expanded.startswith("@"):
+        raise InvalidSchedule(
+            f"Unknown cron alias {text!r}; use one of {', '.join(sorted(ALIASES))}."
+        )
+    fields = expanded.split()
+    if len(fields) not in (5, 6):
+        raise InvalidSchedule(
+            f"Cron expression {text!r} has {len(fields)} fields; use 5 (minute hour "
+            "day-of-month month day-of-week) or 6 (seconds first), e.g. '30 2 * * *'."
+        )
+    has_seconds = len(fields) == 6
+    try:
+        croniter(" ".join(fields), second_at_beginning=has_seconds)
+    except (CroniterBadCronError, CroniterError, ValueError) as exc:
+        raise InvalidSchedule(f"Invalid cron expression {text!r}: {exc}") from None
+    hour = fields[2] if has_seconds else fields[1]
+    return Cron(text=" ".join(fields), has_seconds=has_seconds, every_hour=hour == "*")
+
+
+def parse_interval(value: str | datetime.timedelta) -> Interval:
+    if isinstance(value, datetime.timedelta):
+        seconds = value.total_seconds()
+    else:
+        match = _INTERVAL_RE.match(value)
+        if not match:
+            raise InvalidSchedule(
+                f"Invalid interval {value!r}; use a number and a unit: 30s, 5m, 2h or 1d."
+            )
+        seconds = float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+    if seconds <= 0:
+        raise InvalidSchedule(f"An interval must be longer than zero (got {value!r}).")
+    return Interval(seconds=seconds)
+
+
+def parse_once(text: str) -> Once:
+    try:
+        at = datetime.datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise InvalidSchedule(
+            f"Invalid time {text!r} in once:<time>; use an ISO 8601 time with its offset, "
+            "e.g. once:2026-12-24T18:00:00+01:00."
+        ) from None
+    return once_at(at)
+
+
+def once_at(at: datetime.datetime) -> Once:
+    if not isinstance(at, datetime.datetime) or at.tzinfo is None or at.utcoffset() is None:
+        raise InvalidSchedule(
+            "A one-off schedule needs an aware datetime (with a timezone or offset), e.g. "
+            "timezone.now() + timedelta(hours=1) or datetime(..., tzinfo=ZoneInfo('UTC'))."
+        )
+    return Once(at=at.astimezone(UTC))
+
+
+def format_interval(seconds: float) -> str:
+    for unit in ("d", "h", "m"):
+        size = _UNIT_SECONDS[unit]
+        if seconds >= size and seconds % size == 0:
+            return f"{int(seconds // size)}{unit}"
+    return f"{seconds:g}s"
+
+
+def upcoming(
+    expression: Expression,
+    zone: ZoneInfo,
+    after: datetime.datetime,
+    count: int,
+    anchor: datetime.datetime | None = None,
+) -> list[datetime.datetime]:
+    """The next ``count`` occurrences after ``after`` (for previews)."""
+    out: list[datetime.datetime] = []
+    current = after
+    while len(out) < count:
+        nxt = expression.next_after(current, zone, anchor if not out else out[-1])
+        if nxt is None:
+            break
+        out.append(nxt)
+        current = nxt
+    return out
+
+
+def _end_of_gap(
+    wall: datetime.datetime, zone: ZoneInfo, low: datetime.datetime, high: datetime.datetime
+) -> datetime.datetime:
+    """The first instant in [low, high] whose wall time is past ``wall``: the transition."""
+    # Transitions fall on whole seconds; bisect the (at most few-hour) span to the second.
+    lo, hi = int(low.timestamp()), int(high.timestamp())
+    while lo < hi:
+        mid = (lo + hi) // 2
+        local = datetime.datetime.fromtimestamp(mid, zone).replace(tzinfo=None)
+        if local > wall:
+            hi = mid
+        else:
+            lo = mid + 1
+    return datetime.datetime.fromtimestamp(lo, UTC)

@@ -1,0 +1,210 @@
+"""The scheduler heartbeat: turn due occurrences into jobs, then move each schedule on.
+
+It never calls a handler. Each occurrence becomes a job with the idempotency key
+``schedule:<id>:<scheduled time in UTC ISO>``: duplicate heartbeats (several nodes, a
+restart, two at once) insert nothing the second time, because the database's unique
+constraint decides. On PostgreSQL, due schedules are also locked with SKIP LOCKED so
+concurrent heartbeats share the work instead of repeating it.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db import DatabaseError, transaction
+from django.db.models import F, Q
+from django.utils import timezone
+
+from durable_jobs import registry
+from durable_jobs.conf import get_settings
+from durable_jobs.db import backend_for
+from durable_jobs.exceptions import DurableJobsError
+from durable_jobs.handlers import EnqueueOptions
+from durable_jobs.models import CatchUp, Job, Schedule
+from durable_jobs.schedules.expressions import Once, get_zone, parse
+
+logger = logging.getLogger("durable_jobs.schedules")
+
+BATCH = 100
+#: Missed occurrences examined at most per schedule and heartbeat (a minutely cron
+#: after a month of downtime is not worth walking minute by minute).
+MAX_MISSED = 10_000
+
+
+@dataclass
+class TickResult:
+    enqueued: int = 0
+    duplicates: int = 0
+    failed: int = 0
+    schedules: int = 0
+    errors: dict[str, str] = field(default_factory=dict)
+
+
+def occurrence_key(schedule_id: str, scheduled: datetime.datetime) -> str:
+    return f"schedule:{schedule_id}:{scheduled.astimezone(datetime.UTC).isoformat()}"
+
+
+def tick(now: datetime.datetime | None = None, *, using: str | None = None) -> TickResult:
+    """Enqueue every due occurrence of every enabled schedule; return what happened."""
+    now = now or timezone.now()
+    backend = backend_for(using)
+    result = TickResult()
+    cursor: tuple[datetime.datetime, str] | None = None
+    while True:
+        with backend.write_transaction():
+            due = Schedule.objects.using(backend.alias).filter(enabled=True, next_run_at__lte=now)
+            if cursor is not None:
+                # Keyset pagination: a schedule that failed keeps its next_run_at and must
+                # not be read again in this heartbeat.
+                due = due.filter(
+                    Q(next_run_at__gt=cursor[0]) | Q(next_run_at=cursor[0], pk__gt=cursor[1])
+                )
+            if backend.connection.features.has_select_for_update_skip_locked:
+                due = due.select_for_update(skip_locked=True)
+            batch = list(due.order_by("next_run_at", "pk")[:BATCH])
+            for schedule in batch:
+                run_due(schedule, now, result, using=backend.alias)
+        if len(batch) < BATCH:
+            return result
+        last = batch[-1]
+        assert last.next_run_at is not None
+        cursor = (last.next_run_at, last.pk)
+
+
+def run_due(schedule: Schedule, now: datetime.datetime, result: TickResult, *, using: str) -> None:
+    """Enqueue ``schedule``'s due occurrences (per its catch-up policy) and advance it."""
+    result.schedules += 1
+    try:
+        to_enqueue, next_run_at = plan(schedule, now)
+    except DurableJobsError as exc:  # the stored expression or timezone became invalid
+        record_failure(schedule, exc, using=using, result=result)
+        return
+    created = 0
+    last_job: Job | None = None
+    for scheduled in to_enqueue:
+        try:
+            with transaction.atomic(using=using):  # a savepoint: one failure spoils nothing else
+                last_job, was_created = enqueue_occurrence(schedule, scheduled, now, using=using)
+        except (DurableJobsError, DatabaseError) as exc:
+            record_failure(schedule, exc, using=using, result=result)
+            return
+        created += was_created
+        result.enqueued += was_created
+        result.duplicates += not was_created
+    changes: dict[str, Any] = {
+        "next_run_at": next_run_at,
+        "last_run_at": now,
+        "run_count": F("run_count") + created,
+        "consecutive_fails": 0,
+        "last_error": "",
+        "updated_at": timezone.now(),
+    }
+    if last_job is not None:
+        changes.update(last_status="enqueued", last_job_id=last_job.pk)
+    if next_run_at is None:
+        changes["enabled"] = False  # a one-off that ran, or a cron with no future date
+    Schedule.objects.using(using).filter(pk=schedule.pk, next_run_at=schedule.next_run_at).update(
+        **changes
+    )
+
+
+def plan(
+    schedule: Schedule, now: datetime.datetime
+) -> tuple[list[datetime.datetime], datetime.datetime | None]:
+    """(occurrences to enqueue now, the next occurrence after ``now``)."""
+    expression = parse(schedule.expression)
+    zone = get_zone(schedule.timezone)
+    assert schedule.next_run_at is not None
+    due = [schedule.next_run_at]
+    following = expression.next_after(due[-1], zone, anchor=due[-1])
+    while following is not None and following <= now and len(due) < MAX_MISSED:
+        due.append(following)
+        following = expression.next_after(following, zone, anchor=following)
+    if following is not None and following <= now:
+        # Walked MAX_MISSED occurrences and still behind: jump to the present.
+        following = expression.next_after(now, zone, anchor=due[-1])
+    grace = datetime.timedelta(seconds=get_settings().schedule_misfire_grace_seconds)
+    on_time = [t for t in due if now - t <= grace]
+    missed = [t for t in due if now - t > grace]
+    if isinstance(expression, Once):
+        # A one-off runs once, however late: that is its whole purpose.
+        on_time, missed = due[:1], []
+    if schedule.catch_up == CatchUp.ALL:
+        chosen = missed[-schedule.catch_up_limit :]
+    elif schedule.catch_up == CatchUp.SKIP:
+        chosen = []
+    else:
+        chosen = missed[-1:]
+    if missed:
+        logger.info(
+            "schedule %s missed %s occurrence(s); catch_up=%s enqueues %s",
+            schedule.pk,
+            len(missed),
+            schedule.catch_up,
+            len(chosen),
+            extra={"schedule_id": schedule.pk, "missed": len(missed)},
+        )
+    return chosen + on_time, following
+
+
+def enqueue_occurrence(
+    schedule: Schedule,
+    scheduled: datetime.datetime,
+    now: datetime.datetime,
+    *,
+    using: str | None = None,
+) -> tuple[Job, bool]:
+    """Insert the job of one occurrence (or find it); ``(job, created)``."""
+    from durable_jobs.enqueueing import insert_or_get
+
+    handler = registry.get_handler(schedule.name)
+    payload = handler.check_arguments((), schedule.payload or {})
+    options = EnqueueOptions(
+        queue=schedule.queue,
+        priority=schedule.priority,
+        idempotency_key=occurrence_key(schedule.pk, scheduled),
+        meta={
+            "schedule": {
+                "id": schedule.pk,
+                "scheduled_run_at": scheduled.astimezone(datetime.UTC).isoformat(),
+                "run_timestamp": now.astimezone(datetime.UTC).isoformat(),
+            }
+        },
+    )
+    return insert_or_get(handler, payload, options, using=using)
+
+
+def record_failure(
+    schedule: Schedule, error: BaseException, *, using: str, result: TickResult
+) -> None:
+    """Count a failed enqueue; disable the schedule at ``max_consecutive_fails``.
+
+    ``next_run_at`` is left alone: the same occurrence is tried again at the next
+    heartbeat rather than lost.
+    """
+    result.failed += 1
+    message = f"{type(error).__name__}: {error}"
+    result.errors[schedule.pk] = message
+    fails = schedule.consecutive_fails + 1
+    disable = fails >= schedule.max_consecutive_fails
+    Schedule.objects.using(using).filter(pk=schedule.pk).update(
+        fail_count=F("fail_count") + 1,
+        consecutive_fails=fails,
+        last_error=message,
+        last_status="disabled" if disable else "failed",
+        enabled=not disable,
+        updated_at=timezone.now(),
+    )
+    log = logger.error if disable else logger.warning
+    log(
+        "schedule %s could not enqueue (%s/%s): %s%s",
+        schedule.pk,
+        fails,
+        schedule.max_consecutive_fails,
+        message,
+        "; disabled" if disable else "",
+        extra={"schedule_id": schedule.pk, "error": message},
+    )

@@ -1,0 +1,288 @@
+"""``Scheduler``: the Python API over durable schedules."""
+
+from __future__ import annotations
+
+import builtins
+import datetime
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from django.db import connections
+from django.db.models import Count, Min, Q, Sum
+from django.utils import timezone
+
+from durable_jobs.db import backend_for
+from durable_jobs.exceptions import DurableJobsError
+from durable_jobs.handlers import JobHandler
+from durable_jobs.models import CatchUp, Job, Schedule
+from durable_jobs.schedules import heartbeat
+from durable_jobs.schedules.definitions import ScheduleSpec, build_spec
+from durable_jobs.schedules.expressions import get_zone, parse, upcoming
+
+
+class ScheduleNotFound(DurableJobsError, LookupError):
+    """No schedule has this id."""
+
+    def __init__(self, schedule_id: str) -> None:
+        super().__init__(
+            f"No schedule with id {schedule_id!r}; list them with Scheduler().list() or "
+            "`manage.py schedules list`."
+        )
+
+
+class Scheduler:
+    """Create, inspect and control durable schedules; run the heartbeat in-process.
+
+    ``clock`` returns the current time (default ``timezone.now``); tests inject one.
+    """
+
+    def __init__(
+        self,
+        *,
+        using: str | None = None,
+        clock: Callable[[], datetime.datetime] | None = None,
+    ) -> None:
+        self.alias = backend_for(using).alias
+        self.clock = clock or timezone.now
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+
+    # -- defining ---------------------------------------------------------------------------
+
+    def schedule(
+        self,
+        id: str,
+        *,
+        name: str | JobHandler,
+        expression: str | datetime.timedelta | None = None,
+        interval: str | datetime.timedelta | None = None,
+        run_at: datetime.datetime | None = None,
+        timezone: str = "UTC",
+        queue: str | None = None,
+        payload: dict[str, Any] | None = None,
+        priority: int | None = None,
+        enabled: bool = True,
+        max_consecutive_fails: int = 5,
+        catch_up: str = CatchUp.LATEST,
+        catch_up_limit: int = 10,
+        metadata: dict[str, Any] | None = None,
+    ) -> Schedule:
+        """Create schedule ``id``, or update it (keeping ``created_at`` and its counters)."""
+        spec = build_spec(
+            id,
+            name=name,
+            expression=expression,
+            interval=interval,
+            run_at=run_at,
+            timezone=timezone,
+            queue=queue,
+            payload=payload,
+            priority=priority,
+            enabled=enabled,
+            max_consecutive_fails=max_consecutive_fails,
+            catch_up=catch_up,
+            catch_up_limit=catch_up_limit,
+            metadata=metadata,
+        )
+        return self.save_spec(spec)
+
+    def schedule_interval(
+        self, id: str, interval: str | datetime.timedelta, *, name: str | JobHandler, **options: Any
+    ) -> Schedule:
+        """Every ``interval`` (``"30s"``, ``"5m"``, ``"2h"``, ``"1d"`` or a timedelta)."""
+        return self.schedule(id, name=name, interval=interval, **options)
+
+    def schedule_once(
+        self, id: str, run_at: datetime.datetime, *, name: str | JobHandler, **options: Any
+    ) -> Schedule:
+        """Once, at the aware datetime ``run_at``; the schedule is disabled after it ran."""
+        return self.schedule(id, name=name, run_at=run_at, **options)
+
+    def save_spec(self, spec: ScheduleSpec, *, declared_in_settings: bool = False) -> Schedule:
+        now = self.clock()
+        fields = {
+            "expression": str(spec.expression),
+            "timezone": spec.timezone,
+            "queue": spec.queue,
+            "name": spec.name,
+            "payload": spec.payload,
+            "priority": spec.priority,
+            "max_consecutive_fails": spec.max_consecutive_fails,
+            "catch_up": spec.catch_up,
+            "catch_up_limit": spec.catch_up_limit,
+            "metadata": spec.metadata,
+            "declared_in_settings": declared_in_settings,
+        }
+        backend = backend_for(self.alias)
+        with backend.write_transaction():
+            existing = Schedule.objects.using(self.alias).filter(pk=spec.id).first()
+            if existing is None:
+                return Schedule.objects.using(self.alias).create(
+                    id=spec.id,
+                    enabled=spec.enabled,
+                    next_run_at=spec.first_run_at(now) if spec.enabled else None,
+                    created_at=now,
+                    updated_at=now,
+                    **fields,
+                )
+            timing_changed = (
+                existing.expression != fields["expression"] or existing.timezone != spec.timezone
+            )
+            for key, value in fields.items():
+                setattr(existing, key, value)
+            if not spec.enabled:
+                existing.enabled = False
+            if timing_changed or (existing.enabled and existing.next_run_at is None):
+                existing.next_run_at = spec.first_run_at(now)
+            existing.updated_at = now
+            existing.save(using=self.alias)
+            return existing
+
+    # -- reading ----------------------------------------------------------------------------
+
+    def get(self, id: str) -> Schedule:
+        try:
+            return Schedule.objects.using(self.alias).get(pk=id)
+        except Schedule.DoesNotExist:
+            raise ScheduleNotFound(id) from None
+
+    def list(self, *, enabled: bool | None = None) -> list[Schedule]:
+        schedules = Schedule.objects.using(self.alias).order_by("pk")
+        if enabled is not None:
+            schedules = schedules.filter(enabled=enabled)
+        return list(schedules)
+
+    def stats(self) -> dict[str, Any]:
+        """Counts over all schedules, from one aggregate query.
+
+        Keys: ``total``, ``active`` (enabled), ``paused``, ``disabled`` (by failures),
+        ``due``, ``failing``, ``runs``, ``failures``, ``next_run_at``.
+        """
+        now = self.clock()
+        row = Schedule.objects.using(self.alias).aggregate(
+            total=Count("pk"),
+            active=Count("pk", filter=Q(enabled=True)),
+            disabled=Count("pk", filter=Q(enabled=False, last_status="disabled")),
+            due=Count("pk", filter=Q(enabled=True, next_run_at__lte=now)),
+            failing=Count("pk", filter=Q(consecutive_fails__gt=0)),
+            runs=Sum("run_count"),
+            failures=Sum("fail_count"),
+            next_run_at=Min("next_run_at", filter=Q(enabled=True)),
+        )
+        # Not enabled and not disabled by failures: paused by an operator (or a finished one-off).
+        row["paused"] = row["total"] - row["active"] - row["disabled"]
+        row["runs"] = row["runs"] or 0
+        row["failures"] = row["failures"] or 0
+        return row
+
+    def preview(self, id: str, count: int = 5) -> builtins.list[datetime.datetime]:
+        """The next ``count`` run times (UTC), from ``next_run_at`` on."""
+        schedule = self.get(id)
+        start = schedule.next_run_at or self.clock()
+        expression = parse(schedule.expression)
+        zone = get_zone(schedule.timezone)
+        first = [start] if schedule.next_run_at else []
+        rest = upcoming(expression, zone, start, count - len(first), anchor=start)
+        return (first + rest)[:count]
+
+    # -- controlling --------------------------------------------------------------------------
+
+    def pause(self, id: str) -> Schedule:
+        """Stop new occurrences. Jobs already enqueued are left to run."""
+        schedule = self.get(id)
+        Schedule.objects.using(self.alias).filter(pk=id).update(
+            enabled=False, last_status="paused", updated_at=self.clock()
+        )
+        schedule.refresh_from_db()
+        return schedule
+
+    def resume(self, id: str) -> Schedule:
+        """Enable again, with ``next_run_at`` computed from now (missed runs are not replayed)."""
+        schedule = self.get(id)
+        now = self.clock()
+        expression = parse(schedule.expression)
+        if hasattr(expression, "at"):
+            # A one-off that already ran stays done; one that did not runs (late if need be).
+            next_run_at = None if schedule.run_count else expression.at
+        else:
+            next_run_at = expression.next_after(now, get_zone(schedule.timezone), anchor=now)
+        Schedule.objects.using(self.alias).filter(pk=id).update(
+            enabled=next_run_at is not None,
+            next_run_at=next_run_at,
+            consecutive_fails=0,
+            last_status=""
+            if schedule.last_status in ("paused", "disabled")
+            else schedule.last_status,
+            updated_at=now,
+        )
+        schedule.refresh_from_db()
+        return schedule
+
+    def run(self, id: str) -> Job:
+        """Enqueue one occurrence now, whether or not the schedule is enabled."""
+        schedule = self.get(id)
+        now = self.clock()
+        job, created = heartbeat.enqueue_occurrence(schedule, now, now, using=self.alias)
+        Schedule.objects.using(self.alias).filter(pk=id).update(
+            last_run_at=now,
+            run_count=schedule.run_count + created,
+            last_status="enqueued",
+            last_job_id=job.pk,
+            updated_at=now,
+        )
+        return job
+
+    def remove(self, id: str) -> bool:
+        """Delete the schedule (its jobs stay). False if there was none."""
+        deleted, _ = Schedule.objects.using(self.alias).filter(pk=id).delete()
+        return bool(deleted)
+
+    # -- the heartbeat ----------------------------------------------------------------------
+
+    def tick(self, now: datetime.datetime | None = None) -> heartbeat.TickResult:
+        """One heartbeat: enqueue every due occurrence."""
+        return heartbeat.tick(now or self.clock(), using=self.alias)
+
+    def start(self, interval: float | None = None) -> None:
+        """Run the heartbeat in a background thread of this process until :meth:`stop`."""
+        from durable_jobs.conf import get_settings
+
+        if self._thread is not None and self._thread.is_alive():
+            return
+        period = interval or get_settings().scheduler_interval
+        self._stop.clear()
+        self._thread = threading.Thread(
+            target=self._serve, args=(period,), name="durable-jobs-scheduler", daemon=True
+        )
+        self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            self._thread = None
+
+    def serve(self, interval: float | None = None) -> None:
+        """Run the heartbeat in this thread until :meth:`stop` (``schedules serve``)."""
+        from durable_jobs.conf import get_settings
+
+        self._stop.clear()
+        self._serve(interval or get_settings().scheduler_interval)
+
+    def _serve(self, period: float) -> None:
+        import logging
+
+        from django.db import Error as DatabaseError
+
+        log = logging.getLogger("durable_jobs.schedules")
+        try:
+            while not self._stop.is_set():
+                try:
+                    self.tick()
+                except DatabaseError as exc:
+                    log.warning("scheduler heartbeat failed (%s); retrying", exc)
+                    connections[self.alias].close()
+                self._stop.wait(period)
+        finally:
+            connections.close_all()

@@ -1,0 +1,47 @@
+"""Syncing ``DURABLE_JOBS["SCHEDULES"]`` to the Schedule table.
+
+Settings own a declared schedule's definition (expression, timezone, job, payload,
+queue, options); the table owns its runtime state (next run, counters, and whether an
+operator paused it). Declared schedules that disappear from settings are deleted;
+schedules created through the API or CLI are never touched.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from durable_jobs.conf import get_settings
+from durable_jobs.models import Schedule
+from durable_jobs.schedules.definitions import spec_from_settings
+from durable_jobs.schedules.scheduler import Scheduler
+
+
+@dataclass
+class SyncResult:
+    created: list[str] = field(default_factory=list)
+    updated: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+
+
+def sync_schedules(*, using: str | None = None) -> SyncResult:
+    """Create, update and remove declared schedules; raise on the first invalid entry."""
+    declared = get_settings().schedules or {}
+    specs = [spec_from_settings(key, entry) for key, entry in declared.items()]
+    scheduler = Scheduler(using=using)
+    result = SyncResult()
+    existing = set(
+        Schedule.objects.using(scheduler.alias)
+        .filter(pk__in=[s.id for s in specs])
+        .values_list("pk", flat=True)
+    )
+    for spec in specs:
+        scheduler.save_spec(spec, declared_in_settings=True)
+        (result.updated if spec.id in existing else result.created).append(spec.id)
+    gone = (
+        Schedule.objects.using(scheduler.alias)
+        .filter(declared_in_settings=True)
+        .exclude(pk__in=[s.id for s in specs])
+    )
+    result.removed = sorted(gone.values_list("pk", flat=True))
+    gone.delete()
+    return result
