@@ -133,5 +133,5 @@ def test_bad_expressions_name_the_problem(value, message) -> None:
 
 
 def test_unknown_timezone_names_the_fix() -> None:
-    with pytest.raises(InvalidSchedule, match="Unknown timezone 'Mars/Olympus'.*IANA name"):
+    with pytest.raises(InvalidSchedule, match=r"Unknown timezone 'Mars/Olympus'.*IANA name"):
         get_zone("Mars/Olympus")

@@ -21,7 +21,6 @@ from durable_jobs.schedules.sync import sync_schedules
 from durable_jobs.states import State
 from durable_jobs.testing import drain
 from durable_jobs.worker import Worker
-from tests.testapp import jobs
 
 pytestmark = pytest.mark.django_db
 UTC = datetime.UTC
