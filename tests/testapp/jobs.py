@@ -131,3 +131,8 @@ def scheduled_report(context: JobContext, countries: list[str], window: str = "w
         "countries": countries,
         "window": window,
     }
+
+
+@job(name="tests.sync_account")
+def sync_account(account: str, api_token: str) -> None:
+    """Takes a secret-looking argument, to check it is masked wherever payloads are shown."""
