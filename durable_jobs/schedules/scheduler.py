@@ -18,7 +18,7 @@ from durable_jobs.handlers import JobHandler
 from durable_jobs.models import CatchUp, Job, Schedule
 from durable_jobs.schedules import heartbeat
 from durable_jobs.schedules.definitions import ScheduleSpec, build_spec
-from durable_jobs.schedules.expressions import get_zone, parse, upcoming
+from durable_jobs.schedules.expressions import Once, get_zone, parse, upcoming
 
 
 class ScheduleNotFound(DurableJobsError, LookupError):
@@ -202,7 +202,7 @@ class Scheduler:
         schedule = self.get(id)
         now = self.clock()
         expression = parse(schedule.expression)
-        if hasattr(expression, "at"):
+        if isinstance(expression, Once):
             # A one-off that already ran stays done; one that did not runs (late if need be).
             next_run_at = None if schedule.run_count else expression.at
         else:
