@@ -114,7 +114,17 @@ def apply(ack: Ack, *, using: str | None = None) -> bool:
     if moved:
         ack.job.state = ack.target
         if ack.target in FINAL:
-            job_finished.send(sender=Job, job=ack.job, attempt=ack.attempt)
+            # The outcome is committed; a failing receiver must not make it look otherwise.
+            for receiver, response in job_finished.send_robust(
+                sender=Job, job=ack.job, attempt=ack.attempt
+            ):
+                if isinstance(response, Exception):
+                    logging.getLogger("durable_jobs").error(
+                        "job_finished receiver %r failed: %s",
+                        receiver,
+                        response,
+                        exc_info=response,
+                    )
         log_event(
             EVENT_LEVELS.get(ack.event, logging.INFO),
             ack.event,

@@ -144,6 +144,16 @@ def _check_timing(merged: dict[str, Any]) -> list[CheckMessage]:
         )
     if errors:
         return errors
+    if merged["SCHEDULER_INTERVAL"] >= merged["SCHEDULE_MISFIRE_GRACE_SECONDS"] > 0:
+        errors.append(
+            Warning(
+                f"SCHEDULER_INTERVAL ({merged['SCHEDULER_INTERVAL']}) is not shorter than "
+                f"SCHEDULE_MISFIRE_GRACE_SECONDS ({merged['SCHEDULE_MISFIRE_GRACE_SECONDS']}): "
+                "occurrences may count as missed, and catch_up='skip' schedules drop them.",
+                hint="Keep the grace several heartbeats long (defaults: 1 s and 60 s).",
+                id="durable_jobs.W003",
+            )
+        )
     lease, beat = merged["LEASE_SECONDS"], merged["HEARTBEAT_SECONDS"]
     if lease <= 0 or beat <= 0 or beat * 2 > lease:
         errors.append(
@@ -210,19 +220,30 @@ def check_handler_queues(
     """A handler whose queue no default worker serves would wait forever."""
     from durable_jobs.registry import all_handlers
 
-    queues = merged_settings()["QUEUES"]
+    merged = merged_settings()
+    queues = merged["QUEUES"]
     if not isinstance(queues, dict) or not queues:
         return []  # E003 already reports it
+    used = {f"Job handler {h.name!r}": h.queue for h in all_handlers().values()}
+    declared = merged["SCHEDULES"]
+    if isinstance(declared, dict):
+        used.update(
+            {
+                f"Schedule {key!r}": entry["queue"]
+                for key, entry in declared.items()
+                if isinstance(entry, dict) and isinstance(entry.get("queue"), str)
+            }
+        )
     return [
         Warning(
-            f"Job handler {handler.name!r} uses queue {handler.queue!r}, which is not in "
-            f"{SETTINGS_NAME}['QUEUES']; a worker started without --queues will not run it.",
-            hint=f"Add {handler.queue!r} to {SETTINGS_NAME}['QUEUES'], or start a worker with "
-            f"--queues {handler.queue}.",
+            f"{who} uses queue {queue!r}, which is not in {SETTINGS_NAME}['QUEUES']; a "
+            "worker started without --queues will not run its jobs.",
+            hint=f"Add {queue!r} to {SETTINGS_NAME}['QUEUES'], or start a worker with "
+            f"--queues {queue}.",
             id="durable_jobs.W002",
         )
-        for handler in all_handlers().values()
-        if handler.queue not in queues
+        for who, queue in used.items()
+        if queue not in queues
     ]
 
 

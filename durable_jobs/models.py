@@ -190,6 +190,8 @@ class Schedule(models.Model):
     fail_count = models.PositiveIntegerField(default=0)
     consecutive_fails = models.PositiveIntegerField(default=0)
     max_consecutive_fails = models.PositiveIntegerField(default=5)
+    # After a failed enqueue the same occurrence is retried, not before this time.
+    retry_at = models.DateTimeField(null=True, blank=True)
     catch_up = models.CharField(max_length=10, choices=CatchUp.choices, default=CatchUp.LATEST)
     catch_up_limit = models.PositiveIntegerField(default=10)
     # Schedules declared in DURABLE_JOBS["SCHEDULES"] are removed when the declaration goes;

@@ -135,3 +135,23 @@ def test_bad_expressions_name_the_problem(value, message) -> None:
 def test_unknown_timezone_names_the_fix() -> None:
     with pytest.raises(InvalidSchedule, match=r"Unknown timezone 'Mars/Olympus'.*IANA name"):
         get_zone("Mars/Olympus")
+
+
+@pytest.mark.parametrize("expression", ["* * * * *", "*/15 * * * *", "*/30 * * * *", "0 * * * *"])
+@pytest.mark.parametrize("start", [utc(2026, 3, 8, 4), utc(2026, 11, 1, 3)])
+def test_every_hour_expressions_are_evenly_spaced_in_utc_across_dst(expression, start) -> None:
+    got = upcoming(parse(expression), get_zone("America/New_York"), start, 60 * 3)
+    gaps = {b - a for a, b in zip(got, got[1:], strict=False)}
+    assert len(gaps) == 1  # nothing doubled, nothing lost, in either transition
+
+
+def test_the_repeated_hour_keeps_first_pass_minutes() -> None:
+    # 2026-11-01 01:00-02:00 New York happens twice: 05:00-06:00Z (EDT), 06:00-07:00Z (EST).
+    got = upcoming(parse("*/30 * * * *"), get_zone("America/New_York"), utc(2026, 11, 1, 4, 50), 5)
+    assert got == [
+        utc(2026, 11, 1, 5),
+        utc(2026, 11, 1, 5, 30),
+        utc(2026, 11, 1, 6),
+        utc(2026, 11, 1, 6, 30),
+        utc(2026, 11, 1, 7),
+    ]

@@ -21,6 +21,7 @@ from durable_jobs.schedules.sync import sync_schedules
 from durable_jobs.states import State
 from durable_jobs.testing import drain
 from durable_jobs.worker import Worker
+from tests.testapp import jobs
 
 pytestmark = pytest.mark.django_db
 UTC = datetime.UTC
@@ -219,11 +220,13 @@ def test_a_late_heartbeat_within_the_grace_is_not_a_miss(scheduler, clock) -> No
     assert scheduler.tick().enqueued == 1
 
 
-def test_enqueue_failures_disable_at_the_limit_and_a_success_resets(scheduler, clock) -> None:
+def test_enqueue_failures_back_off_disable_at_the_limit_and_a_success_resets(
+    scheduler, clock
+) -> None:
     report(scheduler, max_consecutive_fails=3)
     Schedule.objects.filter(pk="report").update(name="gone.handler")  # the code was removed
     clock.advance(minutes=10)
-    for expected in (1, 2):
+    for expected, backoff in ((1, 5), (2, 10)):
         assert scheduler.tick().failed == 1
         schedule = scheduler.get("report")
         assert (schedule.consecutive_fails, schedule.last_status, schedule.enabled) == (
@@ -232,19 +235,72 @@ def test_enqueue_failures_disable_at_the_limit_and_a_success_resets(scheduler, c
             True,
         )
         assert "No job handler is registered under the name 'gone.handler'" in schedule.last_error
+        assert schedule.retry_at == clock.now + datetime.timedelta(seconds=backoff)
+        assert scheduler.tick().failed == 0  # backing off: not retried at once
+        clock.advance(seconds=backoff)
     # The occurrence was not lost meanwhile: it is retried, not skipped.
     assert schedule.next_run_at == datetime.datetime(2026, 3, 2, 9, 10, tzinfo=UTC)
     Schedule.objects.filter(pk="report").update(name="tests.scheduled_report")
     assert scheduler.tick().enqueued == 1
     schedule = scheduler.get("report")
     assert (schedule.consecutive_fails, schedule.fail_count, schedule.last_error) == (0, 2, "")
+    assert Job.objects.get().idempotency_key == "schedule:report:2026-03-02T09:10:00+00:00"
     Schedule.objects.filter(pk="report").update(name="gone.handler")
     clock.advance(minutes=10)
     for _ in range(3):
         scheduler.tick()
+        clock.advance(minutes=5)
     schedule = scheduler.get("report")
     assert (schedule.enabled, schedule.last_status, schedule.fail_count) == (False, "disabled", 5)
+    clock.advance(hours=1)
     assert scheduler.tick().failed == 0  # disabled: no more attempts
+
+
+def test_a_one_off_given_a_new_time_is_armed_again(scheduler, clock) -> None:
+    scheduler.schedule_once(
+        "launch", T0 + datetime.timedelta(minutes=5), name="tests.scheduled_report",
+        payload={"countries": []},
+    )  # fmt: skip
+    clock.advance(minutes=6)
+    scheduler.tick()
+    assert not scheduler.get("launch").enabled
+    again = scheduler.schedule_once(
+        "launch", T0 + datetime.timedelta(hours=2), name="tests.scheduled_report",
+        payload={"countries": []},
+    )  # fmt: skip
+    assert (again.enabled, again.next_run_at) == (True, T0 + datetime.timedelta(hours=2))
+    clock.advance(hours=2)
+    assert scheduler.tick().enqueued == 1
+    assert Job.objects.count() == 2
+
+
+def test_a_job_finishing_late_does_not_hide_a_pause(scheduler, clock) -> None:
+    report(scheduler)
+    clock.advance(minutes=10)
+    scheduler.tick()
+    scheduler.pause("report")
+    drain()
+    schedule = scheduler.get("report")
+    assert schedule.last_status == "paused"
+    assert schedule.last_duration_ms is not None
+
+
+def test_after_a_very_long_outage_latest_is_still_the_latest(scheduler, clock, monkeypatch) -> None:
+    from durable_jobs.schedules import heartbeat
+
+    monkeypatch.setattr(heartbeat, "MAX_MISSED", 50)
+    scheduler.schedule(
+        "minutely", name="tests.scheduled_report", expression="* * * * *",
+        payload={"countries": []},
+    )  # fmt: skip
+    clock.advance(hours=5, seconds=30)  # ~300 missed minutes, more than MAX_MISSED
+    scheduler.tick()
+    # The latest missed minute, and the one that is on time (30 s ago, within the grace).
+    assert sorted(Job.objects.values_list("idempotency_key", flat=True)) == [
+        "schedule:minutely:2026-03-02T13:59:00+00:00",
+        "schedule:minutely:2026-03-02T14:00:00+00:00",
+    ]
+    assert scheduler.get("minutely").next_run_at == datetime.datetime(2026, 3, 2, 14, 1, tzinfo=UTC)
 
 
 def test_a_once_schedule_enqueues_once_then_is_disabled(scheduler, clock) -> None:
@@ -398,3 +454,50 @@ def test_a_burst_worker_runs_one_heartbeat_before_draining() -> None:
     job = Job.objects.get()
     assert job.state == State.COMPLETED
     assert job.result["schedule_id"] == "now"
+
+
+def test_both_cron_and_expression_in_settings_is_refused() -> None:
+    from durable_jobs.schedules.definitions import spec_from_settings
+
+    with pytest.raises(InvalidSchedule, match="both 'cron' and 'expression'"):
+        spec_from_settings(
+            "x", {"cron": "0 * * * *", "expression": "@daily", "job": "tests.scheduled_report"}
+        )
+
+
+def test_a_declared_schedule_on_an_unserved_queue_is_warned() -> None:
+    from django.core import checks
+
+    declared = {"x": {**DECLARED["ott-release-refresh"], "queue": "imports"}}
+    with override_settings(DURABLE_JOBS={"SCHEDULES": declared}):
+        messages = [m for m in checks.run_checks() if m.id == "durable_jobs.W002"]
+    assert [m.msg.split(",")[0] for m in messages] == ["Schedule 'x' uses queue 'imports'"]
+
+
+def test_a_heartbeat_slower_than_the_misfire_grace_is_warned() -> None:
+    from django.core import checks
+
+    with override_settings(
+        DURABLE_JOBS={"SCHEDULER_INTERVAL": 30, "SCHEDULE_MISFIRE_GRACE_SECONDS": 10}
+    ):
+        assert "durable_jobs.W003" in {m.id for m in checks.run_checks()}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_failing_job_finished_receiver_neither_stops_the_worker_nor_hides_the_outcome() -> None:
+    from durable_jobs.signals import job_finished
+
+    def broken(**kwargs) -> None:
+        raise RuntimeError("receiver bug")
+
+    job_finished.connect(broken)
+    try:
+        first = jobs.add.delay(a=1)
+        second = jobs.add.delay(a=2)
+        Worker("default:1", burst=True, scheduler=False).run()
+    finally:
+        job_finished.disconnect(broken)
+    assert {j.pk: j.state for j in Job.objects.all()} == {
+        first.pk: State.COMPLETED,
+        second.pk: State.COMPLETED,
+    }

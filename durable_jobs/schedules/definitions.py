@@ -151,6 +151,8 @@ def spec_from_settings(id: str, entry: Any) -> ScheduleSpec:
         )
     if "job" not in entry:
         raise InvalidSchedule(f"SCHEDULES[{id!r}] needs 'job': the handler's registered name.")
+    if "cron" in entry and "expression" in entry:
+        raise InvalidSchedule(f"SCHEDULES[{id!r}] gives both 'cron' and 'expression'; keep one.")
     kwargs = {SETTINGS_KEYS[k]: v for k, v in entry.items()}
     run_at = kwargs.get("run_at")
     if isinstance(run_at, str):

@@ -81,21 +81,36 @@ class Cron:
         self, instant: datetime.datetime, zone: ZoneInfo, anchor: datetime.datetime | None = None
     ) -> datetime.datetime | None:
         """The first occurrence strictly after ``instant`` (aware), or None if there is none."""
+        best: datetime.datetime | None = None
+        horizon: datetime.datetime | None = None
         for candidate in self._candidates(instant, zone):
-            for occurrence in self._instants(candidate, zone):
-                if occurrence > instant:
-                    return occurrence
-        return None
+            if horizon is not None and candidate > horizon:
+                break
+            later = [t for t in self._instants(candidate, zone) if t > instant]
+            if not later:
+                continue
+            if best is None:
+                best = min(later)
+                shift = _shift_near(best, zone)
+                if not shift:
+                    return best
+                # Around a transition wall time and real time disagree in order (the
+                # second pass of a repeated hour comes after later first-pass minutes),
+                # so keep looking, as far as the clock shifts, for an earlier one.
+                horizon = best.astimezone(zone).replace(tzinfo=None) + shift
+            else:
+                best = min(best, *later)
+        return best
 
     def _candidates(
         self, instant: datetime.datetime, zone: ZoneInfo
     ) -> Iterator[datetime.datetime]:
         start = instant.astimezone(zone).replace(tzinfo=None)
-        earlier = instant - _MAX_SHIFT
-        if earlier.astimezone(zone).utcoffset() != instant.astimezone(zone).utcoffset():
-            # The clock went back within reach: wall times before ``start`` may still lie
-            # ahead of ``instant`` in real time (the second pass of a repeated hour).
-            start = min(start, earlier.astimezone(zone).replace(tzinfo=None))
+        shift = _shift_near(instant, zone)
+        if shift:
+            # Near a transition, wall times before ``start`` may still lie ahead of
+            # ``instant`` in real time (the second pass of a repeated hour).
+            start -= shift
         # Start a second early so a candidate equal to ``start`` is included.
         it = croniter(
             self.text,
@@ -271,6 +286,14 @@ def upcoming(
         out.append(nxt)
         current = nxt
     return out
+
+
+def _shift_near(instant: datetime.datetime, zone: ZoneInfo) -> datetime.timedelta:
+    """How far the wall clock jumps at a transition within reach of ``instant`` (0 if none)."""
+    offsets = [(instant + d).astimezone(zone).utcoffset() for d in (-_MAX_SHIFT, _MAX_SHIFT)]
+    offset = instant.astimezone(zone).utcoffset()
+    assert offset is not None
+    return max((abs(o - offset) for o in offsets if o is not None), default=datetime.timedelta(0))
 
 
 def _end_of_gap(

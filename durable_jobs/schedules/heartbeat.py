@@ -29,6 +29,8 @@ from durable_jobs.schedules.expressions import Once, get_zone, parse
 logger = logging.getLogger("durable_jobs.schedules")
 
 BATCH = 100
+#: Backoff between retries of a failed enqueue: RETRY_BASE * 2**(fails-1), capped.
+RETRY_BASE, RETRY_MAX = 5.0, 300.0
 #: Missed occurrences examined at most per schedule and heartbeat (a minutely cron
 #: after a month of downtime is not worth walking minute by minute).
 MAX_MISSED = 10_000
@@ -52,10 +54,17 @@ def tick(now: datetime.datetime | None = None, *, using: str | None = None) -> T
     now = now or timezone.now()
     backend = backend_for(using)
     result = TickResult()
+    due_now = Schedule.objects.using(backend.alias).filter(
+        Q(retry_at__isnull=True) | Q(retry_at__lte=now), enabled=True, next_run_at__lte=now
+    )
+    # A plain read first: most heartbeats find nothing due and need no write lock
+    # (on SQLite the write transaction below would block every other writer).
+    if not due_now.exists():
+        return result
     cursor: tuple[datetime.datetime, str] | None = None
     while True:
         with backend.write_transaction():
-            due = Schedule.objects.using(backend.alias).filter(enabled=True, next_run_at__lte=now)
+            due = due_now
             if cursor is not None:
                 # Keyset pagination: a schedule that failed keeps its next_run_at and must
                 # not be read again in this heartbeat.
@@ -80,7 +89,7 @@ def run_due(schedule: Schedule, now: datetime.datetime, result: TickResult, *, u
     try:
         to_enqueue, next_run_at = plan(schedule, now)
     except DurableJobsError as exc:  # the stored expression or timezone became invalid
-        record_failure(schedule, exc, using=using, result=result)
+        record_failure(schedule, exc, now=now, using=using, result=result)
         return
     created = 0
     last_job: Job | None = None
@@ -89,7 +98,7 @@ def run_due(schedule: Schedule, now: datetime.datetime, result: TickResult, *, u
             with transaction.atomic(using=using):  # a savepoint: one failure spoils nothing else
                 last_job, was_created = enqueue_occurrence(schedule, scheduled, now, using=using)
         except (DurableJobsError, DatabaseError) as exc:
-            record_failure(schedule, exc, using=using, result=result)
+            record_failure(schedule, exc, now=now, using=using, result=result)
             return
         created += was_created
         result.enqueued += was_created
@@ -99,6 +108,7 @@ def run_due(schedule: Schedule, now: datetime.datetime, result: TickResult, *, u
         "last_run_at": now,
         "run_count": F("run_count") + created,
         "consecutive_fails": 0,
+        "retry_at": None,
         "last_error": "",
         "updated_at": timezone.now(),
     }
@@ -124,8 +134,14 @@ def plan(
         due.append(following)
         following = expression.next_after(following, zone, anchor=following)
     if following is not None and following <= now:
-        # Walked MAX_MISSED occurrences and still behind: jump to the present.
-        following = expression.next_after(now, zone, anchor=due[-1])
+        # Still behind after MAX_MISSED occurrences (a frequent schedule after a long
+        # outage): walk the same span again, ending now, so "latest" stays the latest.
+        restart = expression.next_after(now - (due[-1] - due[0]), zone, anchor=due[0])
+        due = [restart] if restart is not None and restart <= now else due[-1:]
+        following = expression.next_after(due[-1], zone, anchor=due[-1])
+        while following is not None and following <= now and len(due) < MAX_MISSED:
+            due.append(following)
+            following = expression.next_after(following, zone, anchor=following)
     grace = datetime.timedelta(seconds=get_settings().schedule_misfire_grace_seconds)
     on_time = [t for t in due if now - t <= grace]
     missed = [t for t in due if now - t > grace]
@@ -178,12 +194,18 @@ def enqueue_occurrence(
 
 
 def record_failure(
-    schedule: Schedule, error: BaseException, *, using: str, result: TickResult
+    schedule: Schedule,
+    error: BaseException,
+    *,
+    now: datetime.datetime,
+    using: str,
+    result: TickResult,
 ) -> None:
     """Count a failed enqueue; disable the schedule at ``max_consecutive_fails``.
 
-    ``next_run_at`` is left alone: the same occurrence is tried again at the next
-    heartbeat rather than lost.
+    ``next_run_at`` is left alone: the same occurrence is tried again rather than lost,
+    after a backoff (5 s, 10 s, 20 s, ... up to 5 min) so that a passing problem, such as
+    a rolling deploy that brings the handler, does not use up the failures in seconds.
     """
     result.failed += 1
     message = f"{type(error).__name__}: {error}"
@@ -196,6 +218,7 @@ def record_failure(
         last_error=message,
         last_status="disabled" if disable else "failed",
         enabled=not disable,
+        retry_at=now + datetime.timedelta(seconds=min(RETRY_BASE * 2 ** (fails - 1), RETRY_MAX)),
         updated_at=timezone.now(),
     )
     log = logger.error if disable else logger.warning

@@ -11,8 +11,11 @@ def record_job_outcome(sender: Any, *, job: Job, attempt: Attempt, **kwargs: Any
     schedule_id = job.schedule_info.get("id")
     if not schedule_id:
         return
-    Schedule.objects.filter(pk=schedule_id, last_job_id=job.pk).update(
-        last_status=job.state,
+    mine = Schedule.objects.filter(pk=schedule_id, last_job_id=job.pk)
+    mine.update(
         last_duration_ms=round(attempt.duration.total_seconds() * 1000, 3),
         last_error=attempt.error_message,
     )
+    # "paused" and "disabled" describe the schedule itself; a job finishing late must
+    # not hide them.
+    mine.exclude(last_status__in=["paused", "disabled"]).update(last_status=job.state)

@@ -116,7 +116,11 @@ class Scheduler:
         }
         backend = backend_for(self.alias)
         with backend.write_transaction():
-            existing = Schedule.objects.using(self.alias).filter(pk=spec.id).first()
+            # Locked, and saved field by field below: a heartbeat advancing this schedule
+            # at the same time must not have its next_run_at or counters written back.
+            existing = (
+                Schedule.objects.using(self.alias).select_for_update().filter(pk=spec.id).first()
+            )
             if existing is None:
                 return Schedule.objects.using(self.alias).create(
                     id=spec.id,
@@ -131,12 +135,20 @@ class Scheduler:
             )
             for key, value in fields.items():
                 setattr(existing, key, value)
+            changed = [*fields, "updated_at"]
             if not spec.enabled:
                 existing.enabled = False
+                changed.append("enabled")
+            elif timing_changed and isinstance(spec.expression, Once):
+                # A one-off given a new time is armed again, even if it already ran.
+                existing.enabled = True
+                changed.append("enabled")
             if timing_changed or (existing.enabled and existing.next_run_at is None):
                 existing.next_run_at = spec.first_run_at(now)
+                existing.retry_at = None
+                changed += ["next_run_at", "retry_at"]
             existing.updated_at = now
-            existing.save(using=self.alias)
+            existing.save(using=self.alias, update_fields=changed)
             return existing
 
     # -- reading ----------------------------------------------------------------------------
@@ -275,8 +287,11 @@ class Scheduler:
 
         from django.db import Error as DatabaseError
 
+        from durable_jobs.schedules.sync import sync_schedules
+
         log = logging.getLogger("durable_jobs.schedules")
         try:
+            sync_schedules(using=self.alias)
             while not self._stop.is_set():
                 try:
                     self.tick()

@@ -43,6 +43,8 @@ logger = logging.getLogger("durable_jobs.worker")
 
 #: Extra time an async handler gets to report its own timeout before the loop records it.
 ASYNC_TIMEOUT_GRACE = 1.0
+#: The loop's longest sleep, so a stop requested by a signal is seen within it.
+SIGNAL_CHECK_SECONDS = 0.25
 
 
 @dataclass(eq=False)
@@ -157,6 +159,7 @@ class Worker:
         self.stats = WorkerStats()
         self.node: Node
         self.stopping = False
+        self.stop_reason = "finished"
 
         self._wake = threading.Event()
         self._closing = threading.Event()
@@ -192,6 +195,8 @@ class Worker:
 
     def stop(self) -> None:
         """Ask for a graceful stop: no new claims; running jobs get the grace period."""
+        if not self.stopping and self.stop_reason == "finished":
+            self.stop_reason = "stop requested"
         self.stopping = True
         self._wake.set()
 
@@ -249,7 +254,9 @@ class Worker:
 
     def _loop(self) -> None:
         failures = 0
+        next_poll = 0.0
         while not self.stopping:
+            woken = self._wake.is_set()
             self._wake.clear()
             try:
                 self._collect_results()
@@ -258,15 +265,18 @@ class Worker:
                 self._run_plugins()
                 if self._reached_max_jobs():
                     break
-                claimed = self._claim()
-                if self.burst and not claimed and not self._running and not self._pending:
-                    break
+                # Claim when something changed (a slot freed, a wake-up) or a poll is due.
+                if woken or self.burst or time.monotonic() >= next_poll:
+                    next_poll = time.monotonic() + self.poll_interval
+                    claimed = self._claim()
+                    if self.burst and not claimed and not self._running and not self._pending:
+                        break
                 failures = 0
             except DatabaseError as exc:
                 failures += 1
                 self._on_database_error(exc, failures)
                 continue
-            self._wake.wait(self._next_wait())
+            self._wake.wait(self._next_wait(next_poll))
 
     def _claim(self) -> int:
         total = 0
@@ -391,9 +401,11 @@ class Worker:
             and not self._pending
         )
 
-    def _next_wait(self) -> float:
+    def _next_wait(self, next_poll: float) -> float:
         now = time.monotonic()
-        wait = self.poll_interval
+        # Capped, because a signal handler only sets a flag (see _on_signal) and the loop
+        # must notice it promptly.
+        wait = min(next_poll - now, SIGNAL_CHECK_SECONDS)
         for due in self._plugin_due.values():
             wait = min(wait, due - now)
         for running in self._running.values():
@@ -413,9 +425,10 @@ class Worker:
         )
         connections[self.alias].close()
         close_old_connections()
-        # Waiting on the event keeps a stop request responsive during the backoff.
-        if self._wake.wait(delay):
-            self._wake.clear()
+        # Sleep in short steps so a stop request (a signal's flag) ends the backoff early.
+        until = time.monotonic() + delay
+        while not self.stopping and time.monotonic() < until:
+            time.sleep(min(SIGNAL_CHECK_SECONDS, max(until - time.monotonic(), 0)))
 
     # -- wake-ups -----------------------------------------------------------------------------
 
@@ -439,19 +452,24 @@ class Worker:
     # -- stopping ---------------------------------------------------------------------------
 
     def _on_signal(self, signum: int, frame: Any) -> None:
+        # Only set flags here. The handler runs in the main thread between bytecodes,
+        # possibly inside a stream write (a reentrant write raises) or inside an Event's
+        # lock (Event.set would deadlock on it). The loop notices the flag and logs.
         self._signals += 1
         if self._signals > 1:
-            logger.warning("second signal: exiting at once; leases will expire and be rescued")
             os._exit(128 + signum)
-        logger.info(
-            "signal %s: finishing running jobs (up to %ss), then stopping",
-            signal.Signals(signum).name,
-            self.shutdown_grace,
-        )
-        self.stop()
+        self.stop_reason = f"signal {signal.Signals(signum).name}"
+        self.stopping = True
 
     def _shutdown(self) -> None:
         self.stopping = True
+        logger.info(
+            "worker %s stopping (%s): finishing running jobs for up to %ss",
+            self.node.name,
+            self.stop_reason,
+            self.shutdown_grace,
+            extra={"node": self.node.name, "running": len(self._running)},
+        )
         deadline = time.monotonic() + self.shutdown_grace
         self._with_retries(self._mark_stopping, deadline)
         while self._running and time.monotonic() < deadline:

@@ -223,10 +223,7 @@ class Command(BaseCommand):
             self.stdout.write(f"{key}: {', '.join(ids) if ids else '-'}")
 
     def do_serve(self, options: dict[str, Any]) -> None:
-        from durable_jobs.schedules.sync import sync_schedules
-
-        sync_schedules()
-
+        # Scheduler.serve syncs DURABLE_JOBS["SCHEDULES"] before its first heartbeat.
         def stop(signum: int, frame: Any) -> None:
             self.scheduler.stop(timeout=0)
 
