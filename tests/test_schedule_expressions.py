@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import itertools
 
 import pytest
 
@@ -141,7 +142,7 @@ def test_unknown_timezone_names_the_fix() -> None:
 @pytest.mark.parametrize("start", [utc(2026, 3, 8, 4), utc(2026, 11, 1, 3)])
 def test_every_hour_expressions_are_evenly_spaced_in_utc_across_dst(expression, start) -> None:
     got = upcoming(parse(expression), get_zone("America/New_York"), start, 60 * 3)
-    gaps = {b - a for a, b in zip(got, got[1:], strict=False)}
+    gaps = {b - a for a, b in itertools.pairwise(got)}
     assert len(gaps) == 1  # nothing doubled, nothing lost, in either transition
 
 
