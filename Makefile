@@ -1,0 +1,88 @@
+# Development tasks for django-durable-jobs.
+#
+# Every target sets up what it needs: it creates .venv with `python3 -m venv` when
+# it is missing and installs the package (editable) with the extras it uses. The
+# install reruns whenever pyproject.toml changes.
+#
+#   make demo             run the example project against a real worker (SQLite)
+#   make test             run the test suite (SQLite; DATABASE_URL picks another database)
+#   make test-postgres    run the test suite on PostgreSQL at 127.0.0.1:5432
+#   make lint             ruff (lint and formatting) and mypy
+#   make migrations-check fail if a model change has no migration
+#   make docs             build the HTML documentation, warnings as errors
+#   make install          only set up .venv with the test extra (install-dev: the dev extra)
+#
+# Extra pytest arguments: make test PYTEST_ARGS="-k lease -x"
+
+PYTHON ?= python3
+VENV ?= .venv
+PYTEST_ARGS ?=
+POSTGRES_URL ?= postgres://postgres@127.0.0.1:5432/durable_jobs
+
+VENV_DIR := $(abspath $(VENV))
+BIN := $(VENV_DIR)/bin
+PIP := $(BIN)/python -m pip --disable-pip-version-check
+# Stamps live inside the virtualenv, so deleting .venv also forgets the installs.
+STAMP_TEST := $(VENV_DIR)/.durable-jobs-test.stamp
+STAMP_DEV := $(VENV_DIR)/.durable-jobs-dev.stamp
+STAMP_DOCS := $(VENV_DIR)/.durable-jobs-docs.stamp
+DOCS_REQUIREMENTS := $(wildcard docs/requirements.txt)
+
+.DEFAULT_GOAL := help
+.PHONY: help install install-dev demo test test-postgres lint migrations-check docs clean
+
+help:
+	@echo "Targets: demo test test-postgres lint migrations-check docs install install-dev clean"
+	@echo "Each one creates $(VENV) and installs what it needs on first use."
+	@echo "Pass pytest arguments with PYTEST_ARGS, e.g. make test PYTEST_ARGS='-x -k lease'."
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV_DIR)
+	$(PIP) install --quiet --upgrade pip
+
+# The test extra: pytest, pytest-django, django-environ, psycopg, ...
+$(STAMP_TEST): pyproject.toml | $(BIN)/python
+	$(PIP) install -e ".[test]"
+	touch $@
+
+# The dev extra (ruff, mypy, django-stubs, tox, sphinx) includes the test extra.
+$(STAMP_DEV): pyproject.toml | $(BIN)/python
+	$(PIP) install -e ".[dev]"
+	touch $@ $(STAMP_TEST)
+
+install: $(STAMP_TEST)
+
+install-dev: $(STAMP_DEV)
+
+demo: $(STAMP_TEST)
+	cd example_project && $(BIN)/python manage.py migrate --noinput
+	cd example_project && $(BIN)/python manage.py demo
+
+# `python -m pytest` (not `pytest`) puts the repository root on sys.path, so the
+# `tests` package and its settings import.
+test: $(STAMP_TEST)
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+test-postgres: $(STAMP_TEST)
+	DATABASE_URL=$(POSTGRES_URL) $(BIN)/python -m pytest $(PYTEST_ARGS)
+
+lint: $(STAMP_DEV)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy durable_jobs
+
+migrations-check: $(STAMP_TEST)
+	$(BIN)/python -m django makemigrations --check --dry-run --settings=tests.settings
+
+# Sphinx extensions beyond the dev extra are listed in docs/requirements.txt.
+$(STAMP_DOCS): $(STAMP_DEV) $(DOCS_REQUIREMENTS)
+	$(if $(DOCS_REQUIREMENTS),$(PIP) install -r $(DOCS_REQUIREMENTS))
+	touch $@
+
+docs: $(STAMP_DOCS)
+	$(BIN)/sphinx-build -W -b html docs docs/_build/html
+
+# Removes build output and the example database; keeps .venv.
+clean:
+	rm -rf docs/_build build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -f example_project/db.sqlite3 example_project/db.sqlite3-wal example_project/db.sqlite3-shm
