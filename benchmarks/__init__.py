@@ -1,0 +1,1 @@
+"""Benchmarks for durable_jobs: run ``python benchmarks/run.py --help``."""

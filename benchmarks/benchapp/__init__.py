@@ -1,0 +1,1 @@
+"""The benchmark's job handlers, found by durable_jobs' autodiscovery of ``jobs.py``."""
