@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import uuid
 from collections.abc import Iterator, Sequence
 from datetime import timedelta
@@ -14,6 +15,14 @@ from django.utils import timezone
 
 if TYPE_CHECKING:
     from durable_jobs.models import Job
+
+
+@functools.cache
+def _insert_fields() -> tuple[Any, ...]:
+    """The Job fields an INSERT writes (all but the primary key), in a fixed order."""
+    from durable_jobs.models import Job
+
+    return tuple(f for f in Job._meta.concrete_fields if not f.primary_key and f.column)
 
 
 class Backend:
@@ -64,13 +73,12 @@ class Backend:
         )
 
     def _insert_values(self, job: Job) -> tuple[list[str], list[Any]]:
-        columns: list[str] = []
-        values: list[Any] = []
-        for field in job._meta.concrete_fields:
-            if field.primary_key or field.column is None:
-                continue
-            columns.append(field.column)
-            values.append(field.get_db_prep_save(getattr(job, field.attname), self.connection))
+        connection = self.connection  # looked up once: it is a thread-local access
+        fields = _insert_fields()
+        columns = [field.column for field in fields]
+        values = [
+            field.get_db_prep_save(getattr(job, field.attname), connection) for field in fields
+        ]
         return columns, values
 
     def notify_params(self, queue: str) -> list[Any]:
