@@ -6,7 +6,7 @@ import dataclasses
 import datetime
 import inspect
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Generic, Literal, ParamSpec, TypeVar, overload
 
 from durable_jobs import payload as payloads
 from durable_jobs import registry
@@ -133,8 +133,24 @@ def job(
     max_retries: int | None = None,
     timeout: float | None = None,
     backoff: Backoff | Sequence[float] | None = None,
-    takes_context: bool = False,
+    takes_context: Literal[False] = False,
 ) -> Callable[[Callable[P, R]], JobHandler[P, R]]: ...
+
+
+@overload
+def job(
+    *,
+    name: str | None = None,
+    queue: str = "default",
+    priority: int = 0,
+    max_retries: int | None = None,
+    timeout: float | None = None,
+    backoff: Backoff | Sequence[float] | None = None,
+    takes_context: Literal[True],
+) -> Callable[[Callable[..., R]], JobHandler[..., R]]:
+    # The stored arguments exclude ``context``, which a ParamSpec cannot drop: such
+    # handlers' ``delay()`` is checked at run time (argument binding), not by mypy.
+    ...
 
 
 def job(func: Any = None, /, **options: Any) -> Any:

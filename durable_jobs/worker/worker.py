@@ -30,6 +30,7 @@ from django.utils import timezone
 from durable_jobs import acks, wakeup
 from durable_jobs.conf import get_settings
 from durable_jobs.db import backend_for
+from durable_jobs.db.upkeep import refresh_thread_connections
 from durable_jobs.exceptions import ImproperlyConfiguredQueue, JobTimeout
 from durable_jobs.logging import log_event
 from durable_jobs.models import Job, Node, Outcome
@@ -315,9 +316,9 @@ class Worker:
         self._pool.submit(running)
 
     def _work(self, running: Running) -> RunResult:
-        # Like a request: connections that errored or outlived CONN_MAX_AGE are closed
-        # before and after each job, so a long-running worker survives database restarts.
-        close_old_connections()
+        # Connections that errored or outlived a positive CONN_MAX_AGE are closed before
+        # and after each job, so a long-running worker survives database restarts.
+        refresh_thread_connections()
         try:
             return execute(running.job, node=self.node.name, lease_seconds=self.lease_seconds)
         except (SystemExit, KeyboardInterrupt) as exc:
@@ -332,7 +333,7 @@ class Worker:
                 error=exc,
             )
         finally:
-            close_old_connections()
+            refresh_thread_connections()
 
     def _report(self, running: Running, result: RunResult | None) -> None:
         self._results.put((running, result))
