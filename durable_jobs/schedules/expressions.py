@@ -23,7 +23,9 @@ deduplicate.
 from __future__ import annotations
 
 import datetime
+import functools
 import re
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -112,12 +114,8 @@ class Cron:
             # ``instant`` in real time (the second pass of a repeated hour).
             start -= shift
         # Start a second early so a candidate equal to ``start`` is included.
-        it = croniter(
-            self.text,
-            start - datetime.timedelta(seconds=1),
-            ret_type=datetime.datetime,
-            second_at_beginning=self.has_seconds,
-        )
+        it = _iterator(self.text, self.has_seconds)
+        it.set_current(start - datetime.timedelta(seconds=1), force=True)
         try:
             for _ in range(_MAX_CANDIDATES):
                 yield it.get_next(datetime.datetime)
@@ -197,7 +195,12 @@ def parse(value: str | datetime.timedelta) -> Expression:
         return parse_interval(value)
     if not isinstance(value, str) or not value.strip():
         raise InvalidSchedule("a schedule needs an expression: cron, an interval or once:<time>")
-    text = value.strip()
+    return _parse_text(value.strip())
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_text(text: str) -> Expression:
+    # Expressions are immutable, and the heartbeat parses the same few over and over.
     if text.lower().startswith("once:"):
         return parse_once(text[5:])
     if _INTERVAL_RE.match(text):
@@ -286,6 +289,25 @@ def upcoming(
         out.append(nxt)
         current = nxt
     return out
+
+
+_iterators = threading.local()
+
+
+def _iterator(text: str, has_seconds: bool) -> croniter:
+    """A croniter for ``text``, kept per thread: parsing the expression costs several times
+    more than stepping it, and croniter objects are not safe to share between threads."""
+    cache = getattr(_iterators, "cache", None)
+    if cache is None:
+        cache = _iterators.cache = {}
+    it = cache.get((text, has_seconds))
+    if it is None:
+        if len(cache) > 1024:
+            cache.clear()
+        it = cache[(text, has_seconds)] = croniter(
+            text, ret_type=datetime.datetime, second_at_beginning=has_seconds
+        )
+    return it
 
 
 def _shift_near(instant: datetime.datetime, zone: ZoneInfo) -> datetime.timedelta:
