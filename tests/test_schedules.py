@@ -501,3 +501,18 @@ def test_a_failing_job_finished_receiver_neither_stops_the_worker_nor_hides_the_
         first.pk: State.COMPLETED,
         second.pk: State.COMPLETED,
     }
+
+
+@pytest.mark.django_db(transaction=True)
+def test_runworker_no_scheduler_leaves_due_schedules_alone() -> None:
+    from django.core.management import call_command
+    from django.utils import timezone
+
+    Scheduler().schedule(
+        "now", name="tests.scheduled_report", expression="* * * * *", payload={"countries": []}
+    )
+    Schedule.objects.filter(pk="now").update(next_run_at=timezone.now())
+    call_command("runworker", "--burst", "--no-scheduler", "--queues", "default")
+    assert not Job.objects.exists()
+    call_command("runworker", "--burst", "--queues", "default")
+    assert Job.objects.get().state == State.COMPLETED
