@@ -56,7 +56,8 @@ class Ack:
 def decide(result: RunResult, *, node: str) -> Ack:
     """The state and fields an attempt's outcome leads to."""
     job, outcome, now = result.job, result.outcome, result.finished_at
-    error_class, error_message, trace = describe_error(result.error)
+    error_class, error_message, trace = (clean_text(t) for t in describe_error(result.error))
+    error_class = error_class[:255]
     changes: dict[str, Any] = {
         "updated_at": now,
         "lease_expires_at": None,
@@ -94,7 +95,7 @@ def decide(result: RunResult, *, node: str) -> Ack:
         error_class=error_class,
         error_message=error_message,
         traceback=trace,
-        log="\n".join(result.log_lines),
+        log=clean_text("\n".join(result.log_lines)),
     )
     return Ack(job, job.lease_token, target, changes, attempt, event, error_message or None)
 
@@ -144,6 +145,29 @@ def apply(ack: Ack, *, using: str | None = None) -> bool:
             outcome=ack.attempt.outcome,
         )
     return moved
+
+
+def clean_text(text: str) -> str:
+    """Text PostgreSQL will store: it refuses NUL characters in text columns."""
+    return text.replace("\x00", "\\x00")
+
+
+def stripped(ack: Ack) -> Ack:
+    """The same outcome without the handler's data (result, log lines, traceback).
+
+    Used when the database refused the full acknowledgement (a value it cannot store):
+    recording the outcome matters more than its details, and retrying the same write
+    forever would stall the worker while its other jobs' leases ran out.
+    """
+    changes = {**ack.changes}
+    if "result" in changes:
+        changes["result"] = {"repr": "the result could not be stored"}
+    attempt = ack.attempt
+    attempt.log = ""
+    attempt.traceback = ""
+    attempt.error_message = attempt.error_message.encode("ascii", "replace").decode()[:10_000]
+    changes["last_error"] = attempt.error_message
+    return Ack(ack.job, ack.lease_token, ack.target, changes, attempt, ack.event, ack.error)
 
 
 def retry_delay(job: Job) -> float:

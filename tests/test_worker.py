@@ -211,3 +211,13 @@ def test_a_chosen_node_name_takes_over_a_crashed_predecessor_only() -> None:
     assert Node.objects.get(name="web-1").pk == node.pk
     with pytest.raises(NodeNameTaken, match="already named 'web-1'"):
         register_node({"default": 1}, name="web-1", using="default", stale_after=60)
+
+
+def test_an_outcome_the_database_refuses_is_recorded_without_its_data(durable_worker) -> None:
+    odd = jobs.nul_result.delay()
+    after = jobs.add.delay(a=1)
+    durable_worker("default:1")
+    wait_for(lambda: state_of(after) == State.COMPLETED, timeout=15)
+    odd.refresh_from_db()
+    assert odd.state == State.COMPLETED  # recorded, not left to expire and run again
+    assert Attempt.objects.filter(job=odd).count() == 1

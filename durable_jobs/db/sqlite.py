@@ -89,11 +89,17 @@ class SQLiteBackend(Backend):
             "node_id": node_id,
             **self.claim_params(lease_seconds),
         }
+        pick = PICK_SQL.format(table=table, sources=self.state_list(sources))
+        if not self.connection.in_atomic_block:
+            # A plain read first: an idle poll must not take the single write lock,
+            # which would block every enqueue in the meantime.
+            with self.connection.cursor() as cursor:
+                cursor.execute(pick, {**params, "limit": 1})
+                if cursor.fetchone() is None:
+                    return []
         with self.write_transaction():
             with self.connection.cursor() as cursor:
-                cursor.execute(
-                    PICK_SQL.format(table=table, sources=self.state_list(sources)), params
-                )
+                cursor.execute(pick, params)
                 ids = [row[0] for row in cursor.fetchall()]
             if not ids:
                 return []

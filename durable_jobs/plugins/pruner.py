@@ -33,7 +33,9 @@ class Pruner(Plugin):
 def prune(*, days: float | None = None, using: str | None = None) -> int:
     """Delete finished jobs (and their attempts) older than ``days``; return how many."""
     from durable_jobs.conf import get_settings
+    from durable_jobs.db import backend_for
 
+    backend = backend_for(using)
     days = get_settings().prune_after_days if days is None else days
     deleted = 0
     now = timezone.now()
@@ -47,7 +49,16 @@ def prune(*, days: float | None = None, using: str | None = None) -> int:
             )
             if not ids:
                 break
-            Job.objects.using(using).filter(pk__in=ids).delete()
-            deleted += len(ids)
-    Node.objects.using(using).filter(last_heartbeat_at__lt=now - FORGET_NODES_AFTER).delete()
+            with backend.write_transaction():
+                # The conditions again: a job retried by an operator since the read stays.
+                deleted += (
+                    Job.objects.using(backend.alias)
+                    .filter(pk__in=ids, state__in=sorted(FINAL), finished_at__lt=cutoff)
+                    .delete()[1]
+                    .get(Job._meta.label, 0)
+                )
+    with backend.write_transaction():
+        Node.objects.using(backend.alias).filter(
+            last_heartbeat_at__lt=now - FORGET_NODES_AFTER
+        ).delete()
     return deleted

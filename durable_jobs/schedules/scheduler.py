@@ -8,8 +8,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from django.db import connections
-from django.db.models import Count, Min, Q, Sum
+from django.db import IntegrityError, connections, transaction
+from django.db.models import Count, F, Min, Q, Sum
 from django.utils import timezone
 
 from durable_jobs.db import backend_for
@@ -122,14 +122,22 @@ class Scheduler:
                 Schedule.objects.using(self.alias).select_for_update().filter(pk=spec.id).first()
             )
             if existing is None:
-                return Schedule.objects.using(self.alias).create(
-                    id=spec.id,
-                    enabled=spec.enabled,
-                    next_run_at=spec.first_run_at(now) if spec.enabled else None,
-                    created_at=now,
-                    updated_at=now,
-                    **fields,
-                )
+                try:
+                    # A savepoint: another node may create the same id at the same moment
+                    # (workers starting together all sync the declared schedules).
+                    with transaction.atomic(using=self.alias):
+                        return Schedule.objects.using(self.alias).create(
+                            id=spec.id,
+                            enabled=spec.enabled,
+                            next_run_at=spec.first_run_at(now) if spec.enabled else None,
+                            created_at=now,
+                            updated_at=now,
+                            **fields,
+                        )
+                except IntegrityError:
+                    existing = (
+                        Schedule.objects.using(self.alias).select_for_update().get(pk=spec.id)
+                    )
             timing_changed = (
                 existing.expression != fields["expression"] or existing.timezone != spec.timezone
             )
@@ -223,6 +231,7 @@ class Scheduler:
             enabled=next_run_at is not None,
             next_run_at=next_run_at,
             consecutive_fails=0,
+            retry_at=None,
             last_status=""
             if schedule.last_status in ("paused", "disabled")
             else schedule.last_status,
@@ -238,7 +247,7 @@ class Scheduler:
         job, created = heartbeat.enqueue_occurrence(schedule, now, now, using=self.alias)
         Schedule.objects.using(self.alias).filter(pk=id).update(
             last_run_at=now,
-            run_count=schedule.run_count + created,
+            run_count=F("run_count") + created,
             last_status="enqueued",
             last_job_id=job.pk,
             updated_at=now,
@@ -290,10 +299,13 @@ class Scheduler:
         from durable_jobs.schedules.sync import sync_schedules
 
         log = logging.getLogger("durable_jobs.schedules")
+        synced = False
         try:
-            sync_schedules(using=self.alias)
             while not self._stop.is_set():
                 try:
+                    if not synced:
+                        sync_schedules(using=self.alias)
+                        synced = True
                     self.tick()
                 except DatabaseError as exc:
                     log.warning("scheduler heartbeat failed (%s); retrying", exc)

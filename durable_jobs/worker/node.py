@@ -46,7 +46,10 @@ def register_node(
                     f"{existing.last_heartbeat_at:%H:%M:%S} UTC). Choose another --name, or "
                     "omit it for a generated one."
                 )
-            existing.delete()
+            from durable_jobs.db import backend_for
+
+            with backend_for(using).write_transaction():
+                existing.delete()
     return Node.objects.using(using).create(
         name=name or synthetic_name(),
         pid=os.getpid(),

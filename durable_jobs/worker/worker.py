@@ -23,8 +23,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.db import DataError, IntegrityError, close_old_connections, connections
 from django.db import Error as DatabaseError
-from django.db import close_old_connections, connections
 from django.utils import timezone
 
 from durable_jobs import acks, wakeup
@@ -261,9 +261,11 @@ class Worker:
             self._wake.clear()
             try:
                 self._collect_results()
+                # Plugins first: the heartbeat keeps renewing leases even while outcome
+                # writes are failing and being retried.
+                self._run_plugins()
                 self._flush_acks()
                 self._enforce_timeouts()
-                self._run_plugins()
                 if self._reached_max_jobs():
                     break
                 # Claim when something changed (a slot freed, a wake-up) or a poll is due.
@@ -364,7 +366,19 @@ class Worker:
 
     def _flush_acks(self) -> None:
         while self._pending:
-            acks.apply(self._pending[0], using=self.alias)
+            ack = self._pending[0]
+            try:
+                acks.apply(ack, using=self.alias)
+            except (DataError, IntegrityError) as exc:
+                # Not transient: the same write would fail forever. Record the outcome
+                # without the handler's data; if even that fails, leave the job to rescue.
+                logger.error("could not record job %s's outcome in full: %s", ack.job.pk, exc)
+                try:
+                    acks.apply(acks.stripped(ack), using=self.alias)
+                except (DataError, IntegrityError) as again:
+                    logger.error(
+                        "dropped job %s's outcome (%s); it will be rescued", ack.job.pk, again
+                    )
             self._pending.pop(0)
 
     def _enforce_timeouts(self) -> None:
@@ -489,16 +503,17 @@ class Worker:
             self._pool.shutdown()
         if self._listener_thread is not None:
             self._listener_thread.join(timeout=5)
-        self._with_retries(
-            lambda: Node.objects.using(self.alias).filter(pk=self.node.pk).delete(),
-            time.monotonic() + 5,
-        )
+        self._with_retries(self._delete_node, time.monotonic() + 5)
         logger.info(
             "worker %s stopped after %s jobs",
             self.node.name,
             self.stats.finished,
             extra={"node": self.node.name, "outcomes": dict(self.stats.outcomes)},
         )
+
+    def _delete_node(self) -> None:
+        with backend_for(self.alias).write_transaction():
+            Node.objects.using(self.alias).filter(pk=self.node.pk).delete()
 
     def _mark_stopping(self) -> None:
         Node.objects.using(self.alias).filter(pk=self.node.pk).update(stopping=True)

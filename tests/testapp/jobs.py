@@ -136,3 +136,10 @@ def scheduled_report(context: JobContext, countries: list[str], window: str = "w
 @job(name="tests.sync_account")
 def sync_account(account: str, api_token: str) -> None:
     """Takes a secret-looking argument, to check it is masked wherever payloads are shown."""
+
+
+@job(name="tests.nul_result", takes_context=True)
+def nul_result(context: JobContext) -> str:
+    """Returns and logs text PostgreSQL cannot store (a NUL character)."""
+    context.logger.info("nul \x00 inside")
+    return "a\x00b"
