@@ -24,7 +24,7 @@ from durable_jobs.exceptions import LeaseExpired, UnknownJob, WorkerStopped
 from durable_jobs.logging import log_event
 from durable_jobs.models import Attempt, Job, Outcome
 from durable_jobs.signals import job_finished
-from durable_jobs.states import FINAL, State, transition
+from durable_jobs.states import FINAL, State, held, transition
 from durable_jobs.worker.execute import RunResult
 
 #: Outcomes that give the attempt back: they are not failures of the job.
@@ -103,9 +103,7 @@ def decide(result: RunResult, *, node: str) -> Ack:
 def apply(ack: Ack, *, using: str | None = None) -> bool:
     """Write ``ack`` if the job is still leased under the same token; True if it was."""
     backend = backend_for(using)
-    leased = Job.objects.using(backend.alias).filter(
-        pk=ack.job.pk, state=State.LEASED, lease_token=ack.lease_token
-    )
+    leased = held([ack.job.pk], ack.lease_token, using=backend.alias)
     with backend.write_transaction():
         if transition(leased, ack.target, **ack.changes) != 1:
             moved = False
@@ -137,9 +135,11 @@ def apply(ack: Ack, *, using: str | None = None) -> bool:
             **ack.extra,
         )
     else:
+        # The job moved on without this worker: its lease expired and it was rescued,
+        # or an operator cancelled it. Nothing was written.
         log_event(
             logging.WARNING,
-            "acknowledgement rejected: the lease was lost",
+            "rejected",
             ack.job,
             node=ack.attempt.node,
             outcome=ack.attempt.outcome,
@@ -197,15 +197,21 @@ def describe_error(error: BaseException | None) -> tuple[str, str, str]:
     return f"{cls.__module__}.{cls.__qualname__}", message, trace
 
 
-def unreported_result(job: Job, *, now: datetime.datetime, outcome: Outcome) -> RunResult:
-    """A result for an attempt that never reported: its lease expired, or its worker stopped."""
-    error: BaseException
-    if outcome == Outcome.LOST:
+def unreported_result(
+    job: Job,
+    *,
+    now: datetime.datetime,
+    outcome: Outcome,
+    error: BaseException | None = None,
+) -> RunResult:
+    """A result the handler did not return itself: its lease expired (``LOST``), its worker
+    stopped (``INTERRUPTED``), or the worker recorded a timeout or a thread's exit."""
+    if error is None and outcome == Outcome.LOST:
         error = LeaseExpired(
             f"the lease expired at {job.lease_expires_at:%Y-%m-%d %H:%M:%S} UTC without a "
             "report: the worker died, hung, or lost its database connection"
         )
-    else:
+    elif error is None:
         error = WorkerStopped("the worker stopped before the job finished; the job was handed back")
     started = job.attempted_at or now
     return RunResult(

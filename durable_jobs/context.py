@@ -63,12 +63,9 @@ class JobContext:
         return self._leased().update(lease_expires_at=expires) == 1
 
     def _leased(self) -> Any:
-        from durable_jobs.models import Job
-        from durable_jobs.states import State
+        from durable_jobs.states import held
 
-        return Job.objects.filter(
-            pk=self.job.pk, state=State.LEASED, lease_token=self.job.lease_token
-        )
+        return held([self.job.pk], self.job.lease_token, using=self.job._state.db)
 
 
 def _parse(value: Any) -> datetime.datetime | None:

@@ -80,7 +80,9 @@ class JobLoggerAdapter(logging.LoggerAdapter):
 
     def log(self, level: int, msg: Any, *args: Any, **kwargs: Any) -> None:
         if len(self.lines) < self.max_lines:
-            stamp = datetime.datetime.now(datetime.UTC).strftime("%H:%M:%S.%f")[:-3]
+            from django.utils import timezone
+
+            stamp = timezone.now().strftime("%H:%M:%S.%f")[:-3]
             try:
                 text = str(msg) % args if args else str(msg)
             except (TypeError, ValueError):

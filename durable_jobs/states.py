@@ -68,6 +68,16 @@ def transition(jobs: QuerySet[Job], target: State, **changes: Any) -> int:
     return jobs.filter(state__in=ALLOWED_SOURCES[target]).update(state=target, **changes)
 
 
+def held(job_ids: Iterable[int], lease_token: Any, *, using: str | None = None) -> QuerySet[Job]:
+    """The jobs among ``job_ids`` still leased under ``lease_token``: the fencing condition
+    every write on behalf of a lease (outcome, renewal, progress) must be guarded by."""
+    from durable_jobs.models import Job
+
+    return Job.objects.using(using).filter(
+        pk__in=list(job_ids), state=State.LEASED, lease_token=lease_token
+    )
+
+
 def claim(
     *, queue: str, limit: int, node_id: int | None, lease_seconds: float, using: str | None = None
 ) -> list[Job]:
@@ -84,15 +94,3 @@ def claim(
         sources=sorted(CLAIMABLE),
         target=State.LEASED,
     )
-
-
-def states_in(values: Iterable[str]) -> list[State]:
-    """Parse state names given by a user, with an error that lists the valid ones."""
-    out = []
-    for value in values:
-        try:
-            out.append(State(value))
-        except ValueError:
-            valid = ", ".join(s.value for s in State)
-            raise ValueError(f"Unknown job state {value!r}; use one of: {valid}") from None
-    return out

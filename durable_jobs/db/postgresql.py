@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from durable_jobs.db.base import Backend
@@ -117,7 +117,3 @@ class PostgreSQLListener:
             with contextlib.suppress(Exception):
                 self._conn.close()
             self._conn = None
-
-    def __iter__(self) -> Iterator[str]:  # pragma: no cover - convenience
-        while True:
-            yield from self.wait(1.0)

@@ -7,9 +7,9 @@ from typing import TYPE_CHECKING
 
 from django.utils import timezone
 
-from durable_jobs.models import Job, Node
+from durable_jobs.models import Node
 from durable_jobs.plugins.base import Plugin
-from durable_jobs.states import State
+from durable_jobs.states import held
 
 if TYPE_CHECKING:
     from durable_jobs.worker.worker import Worker
@@ -37,6 +37,4 @@ class Heartbeat(Plugin):
         if tokens:
             expires = now + timedelta(seconds=worker.lease_seconds)
             for token, ids in tokens.items():
-                Job.objects.using(worker.alias).filter(
-                    pk__in=ids, state=State.LEASED, lease_token=token
-                ).update(lease_expires_at=expires)
+                held(ids, token, using=worker.alias).update(lease_expires_at=expires)

@@ -247,7 +247,7 @@ class Scheduler:
         job, created = heartbeat.enqueue_occurrence(schedule, now, now, using=self.alias)
         Schedule.objects.using(self.alias).filter(pk=id).update(
             last_run_at=now,
-            run_count=F("run_count") + created,
+            run_count=F("run_count") + int(created),
             last_status="enqueued",
             last_job_id=job.pk,
             updated_at=now,

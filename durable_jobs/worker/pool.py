@@ -14,8 +14,11 @@ from __future__ import annotations
 import ctypes
 import queue
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
+
+from django.db import connections
 
 
 class Interrupted(BaseException):
@@ -60,15 +63,22 @@ class ThreadPool:
                     return True
         return False
 
-    def shutdown(self) -> None:
+    def shutdown(self, timeout: float = 5.0) -> None:
+        """Stop the threads once they are idle; wait up to ``timeout`` for them (not for a
+        handler stuck in a blocking call: such a thread is a daemon and dies with the process)."""
         for _ in self._threads:
             self._inbox.put(_STOP)
+        deadline = time.monotonic() + timeout
+        for thread in self._threads:
+            thread.join(max(deadline - time.monotonic(), 0))
 
     def _loop(self) -> None:
         thread_id = threading.get_ident()
         while True:
             item = self._inbox.get()
             if item is _STOP:
+                # Threads keep their database connections between jobs; close them now.
+                connections.close_all()
                 return
             result = self._run_one(thread_id, item)
             self._report(item, result)

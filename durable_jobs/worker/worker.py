@@ -326,13 +326,8 @@ class Worker:
         except (SystemExit, KeyboardInterrupt) as exc:
             # Raised by the handler itself (signals only reach the main thread): in a pool
             # thread it can stop nothing but this job, so it is that job's failure.
-            started = running.job.attempted_at or timezone.now()
-            return RunResult(
-                job=running.job,
-                outcome=Outcome.FAILED,
-                started_at=started,
-                finished_at=max(timezone.now(), started),
-                error=exc,
+            return acks.unreported_result(
+                running.job, now=timezone.now(), outcome=Outcome.FAILED, error=exc
             )
         finally:
             refresh_thread_connections()
@@ -387,12 +382,10 @@ class Worker:
             if running.resolved or running.deadline is None or now < running.deadline:
                 continue
             job = running.job
-            started = job.attempted_at or timezone.now()
-            result = RunResult(
-                job=job,
+            result = acks.unreported_result(
+                job,
+                now=timezone.now(),
                 outcome=Outcome.TIMED_OUT,
-                started_at=started,
-                finished_at=max(timezone.now(), started),
                 error=JobTimeout(f"the job ran longer than its timeout of {job.timeout:g}s"),
             )
             self._finish(running, result)
