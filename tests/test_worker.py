@@ -221,3 +221,11 @@ def test_an_outcome_the_database_refuses_is_recorded_without_its_data(durable_wo
     odd.refresh_from_db()
     assert odd.state == State.COMPLETED  # recorded, not left to expire and run again
     assert Attempt.objects.filter(job=odd).count() == 1
+
+
+def test_start_raises_when_the_worker_cannot_start() -> None:
+    from durable_jobs.worker.node import NodeNameTaken
+
+    Node.objects.create(name="taken", pid=1)  # alive: its heartbeat is now
+    with pytest.raises(NodeNameTaken):
+        Worker("default:1", name="taken").start()

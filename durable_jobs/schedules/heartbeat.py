@@ -128,20 +128,22 @@ def plan(
     expression = parse(schedule.expression)
     zone = get_zone(schedule.timezone)
     assert schedule.next_run_at is not None
-    due = [schedule.next_run_at]
-    following = expression.next_after(due[-1], zone, anchor=due[-1])
-    while following is not None and following <= now and len(due) < MAX_MISSED:
-        due.append(following)
-        following = expression.next_after(following, zone, anchor=following)
+
+    def walk(first: datetime.datetime) -> tuple[list[datetime.datetime], datetime.datetime | None]:
+        """Occurrences from ``first`` up to ``now`` (at most MAX_MISSED), and the one after."""
+        due = [first]
+        following = expression.next_after(first, zone, anchor=first)
+        while following is not None and following <= now and len(due) < MAX_MISSED:
+            due.append(following)
+            following = expression.next_after(following, zone, anchor=following)
+        return due, following
+
+    due, following = walk(schedule.next_run_at)
     if following is not None and following <= now:
         # Still behind after MAX_MISSED occurrences (a frequent schedule after a long
         # outage): walk the same span again, ending now, so "latest" stays the latest.
         restart = expression.next_after(now - (due[-1] - due[0]), zone, anchor=due[0])
-        due = [restart] if restart is not None and restart <= now else due[-1:]
-        following = expression.next_after(due[-1], zone, anchor=due[-1])
-        while following is not None and following <= now and len(due) < MAX_MISSED:
-            due.append(following)
-            following = expression.next_after(following, zone, anchor=following)
+        due, following = walk(restart if restart is not None and restart <= now else due[-1])
     grace = datetime.timedelta(seconds=get_settings().schedule_misfire_grace_seconds)
     on_time = [t for t in due if now - t <= grace]
     missed = [t for t in due if now - t > grace]

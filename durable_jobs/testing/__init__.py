@@ -7,9 +7,7 @@ database connection, so they work inside a test's transaction (pytest-django's
 
 from __future__ import annotations
 
-import asyncio
 import collections
-import inspect
 from typing import Any
 
 from django.utils import timezone
@@ -20,7 +18,7 @@ from durable_jobs.handlers import JobHandler
 from durable_jobs.logging import JobLoggerAdapter, job_fields
 from durable_jobs.models import Job
 from durable_jobs.states import CLAIMABLE, State, claim
-from durable_jobs.worker.execute import execute
+from durable_jobs.worker.execute import call_handler, execute
 
 __all__ = ["assert_enqueued", "drain", "enqueued_jobs", "perform", "refute_enqueued"]
 
@@ -63,13 +61,10 @@ def perform(handler: JobHandler, **kwargs: Any) -> Any:
     job = Job(
         name=handler.name, queue=handler.queue, payload=payload, attempts=1, state=State.LEASED
     )
-    args: tuple[Any, ...] = ()
+    context = None
     if handler.takes_context:
-        args = (_PerformContext(job=job, logger=JobLoggerAdapter(job_fields(job, node=TEST_NODE))),)
-    result = handler.func(*args, **payload)
-    if inspect.iscoroutine(result):
-        result = asyncio.run(result)
-    return result
+        context = _PerformContext(job=job, logger=JobLoggerAdapter(job_fields(job, node=TEST_NODE)))
+    return call_handler(handler, handler.timeout, context, payload)
 
 
 class _PerformContext(JobContext):

@@ -51,9 +51,9 @@ def execute(job: Job, *, node: str = "", lease_seconds: float = 60.0) -> RunResu
         kwargs = bind_stored(job.name, handler.signature, job.payload)
         if handler.takes_context:
             context = JobContext(job=job, logger=adapter, lease_seconds=lease_seconds)
-            value = _call(handler, job.timeout, context, kwargs)
+            value = call_handler(handler, job.timeout, context, kwargs)
         else:
-            value = _call(handler, job.timeout, None, kwargs)
+            value = call_handler(handler, job.timeout, None, kwargs)
         value = _storable(value)
     except Snooze as exc:
         outcome, error, snooze = Outcome.SNOOZED, exc, exc.seconds
@@ -81,7 +81,9 @@ def execute(job: Job, *, node: str = "", lease_seconds: float = 60.0) -> RunResu
     )
 
 
-def _call(handler: Any, timeout: float | None, context: JobContext | None, kwargs: dict) -> Any:
+def call_handler(
+    handler: Any, timeout: float | None, context: JobContext | None, kwargs: dict
+) -> Any:
     args = (context,) if context is not None else ()
     if not handler.is_async:
         # Sync timeouts are enforced by the worker, which interrupts this thread.

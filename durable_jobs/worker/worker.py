@@ -34,7 +34,7 @@ from durable_jobs.db.upkeep import refresh_thread_connections
 from durable_jobs.exceptions import ImproperlyConfiguredQueue, JobTimeout
 from durable_jobs.logging import log_event
 from durable_jobs.models import Job, Node, Outcome
-from durable_jobs.plugins import Plugin, default_plugins
+from durable_jobs.plugins import Heartbeat, Plugin, default_plugins
 from durable_jobs.states import claim
 from durable_jobs.worker.execute import RunResult, execute
 from durable_jobs.worker.node import register_node
@@ -173,6 +173,8 @@ class Worker:
         self._pool: ThreadPool | None = None
         self._listener_thread: threading.Thread | None = None
         self.started = threading.Event()
+        #: What stopped a worker started with start(), if it failed.
+        self.failure: BaseException | None = None
 
     # -- public control -------------------------------------------------------------------
 
@@ -192,6 +194,8 @@ class Worker:
         )
         thread.start()
         self.started.wait(30)
+        if self.failure is not None:
+            raise self.failure
         return thread
 
     def stop(self) -> None:
@@ -222,7 +226,11 @@ class Worker:
     def _run_in_thread(self) -> None:
         try:
             self.run()
+        except BaseException as exc:
+            self.failure = exc
+            logger.exception("worker thread failed")
         finally:
+            self.started.set()  # never leave start() waiting on a worker that died
             connections.close_all()
 
     def _start(self) -> None:
@@ -393,9 +401,11 @@ class Worker:
             self._pool.interrupt(running)
         self._flush_acks()
 
-    def _run_plugins(self) -> None:
+    def _run_plugins(self, only: type[Plugin] | None = None) -> None:
         now = time.monotonic()
         for plugin in self.plugins:
+            if only is not None and not isinstance(plugin, only):
+                continue
             if now >= self._plugin_due[id(plugin)]:
                 # Schedule first: a failing plugin is retried at its next interval, not at once.
                 self._plugin_due[id(plugin)] = now + plugin.interval(self)
@@ -487,7 +497,7 @@ class Worker:
             self._with_retries(self._enforce_timeouts, deadline)
             # Keep renewing leases: a grace period longer than the lease must not let
             # another node rescue (and run again) a job that is about to finish here.
-            self._with_retries(self._run_plugins, deadline)
+            self._with_retries(lambda: self._run_plugins(only=Heartbeat), deadline)
         self._hand_back_running()
         self._with_retries(self._collect_and_flush, time.monotonic() + 5)
         self._closing.set()
