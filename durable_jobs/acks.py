@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime
 import logging
 import traceback as tb
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -102,49 +103,58 @@ def decide(result: RunResult, *, node: str) -> Ack:
 
 def apply(ack: Ack, *, using: str | None = None) -> bool:
     """Write ``ack`` if the job is still leased under the same token; True if it was."""
+    return apply_many([ack], using=using)[0]
+
+
+def apply_many(batch: Sequence[Ack], *, using: str | None = None) -> list[bool]:
+    """Write several outcomes in one transaction (one commit, one multi-row insert of the
+    attempts); each is still guarded by its own job's lease. Returns which were written.
+
+    All or nothing: if the database refuses one of them, none is written and the error
+    propagates, so the caller can retry them one by one.
+    """
     backend = backend_for(using)
-    leased = held([ack.job.pk], ack.lease_token, using=backend.alias)
+    moved: list[bool] = []
     with backend.write_transaction():
-        if transition(leased, ack.target, **ack.changes) != 1:
-            moved = False
-        else:
-            ack.attempt.save(using=backend.alias, force_insert=True)
-            moved = True
-    if moved:
-        ack.job.state = ack.target
-        if ack.target in FINAL:
-            # The outcome is committed; a failing receiver must not make it look otherwise.
-            for receiver, response in job_finished.send_robust(
-                sender=Job, job=ack.job, attempt=ack.attempt
-            ):
-                if isinstance(response, Exception):
-                    logging.getLogger("durable_jobs").error(
-                        "job_finished receiver %r failed: %s",
-                        receiver,
-                        response,
-                        exc_info=response,
-                    )
-        log_event(
-            EVENT_LEVELS.get(ack.event, logging.INFO),
-            ack.event,
-            ack.job,
-            node=ack.attempt.node,
-            duration_ms=round(ack.attempt.duration.total_seconds() * 1000, 3),
-            error=ack.error,
-            outcome=ack.attempt.outcome,
-            **ack.extra,
+        for ack in batch:
+            leased = held([ack.job.pk], ack.lease_token, using=backend.alias)
+            moved.append(transition(leased, ack.target, **ack.changes) == 1)
+        Attempt.objects.using(backend.alias).bulk_create(
+            [ack.attempt for ack, ok in zip(batch, moved, strict=True) if ok]
         )
-    else:
+    for ack, ok in zip(batch, moved, strict=True):
+        _after_commit(ack, ok)
+    return moved
+
+
+def _after_commit(ack: Ack, moved: bool) -> None:
+    if not moved:
         # The job moved on without this worker: its lease expired and it was rescued,
         # or an operator cancelled it. Nothing was written.
         log_event(
-            logging.WARNING,
-            "rejected",
-            ack.job,
-            node=ack.attempt.node,
-            outcome=ack.attempt.outcome,
+            logging.WARNING, "rejected", ack.job, node=ack.attempt.node, outcome=ack.attempt.outcome
         )
-    return moved
+        return
+    ack.job.state = ack.target
+    if ack.target in FINAL:
+        # The outcome is committed; a failing receiver must not make it look otherwise.
+        for receiver, response in job_finished.send_robust(
+            sender=Job, job=ack.job, attempt=ack.attempt
+        ):
+            if isinstance(response, Exception):
+                logging.getLogger("durable_jobs").error(
+                    "job_finished receiver %r failed: %s", receiver, response, exc_info=response
+                )
+    log_event(
+        EVENT_LEVELS.get(ack.event, logging.INFO),
+        ack.event,
+        ack.job,
+        node=ack.attempt.node,
+        duration_ms=round(ack.attempt.duration.total_seconds() * 1000, 3),
+        error=ack.error,
+        outcome=ack.attempt.outcome,
+        **ack.extra,
+    )
 
 
 def clean_text(text: str) -> str:

@@ -154,3 +154,19 @@ def test_concurrent_claimers_never_claim_a_job_twice() -> None:
     assert len(claimed) == total
     assert max(claimed.values()) == 1
     assert Job.objects.filter(state=State.LEASED).count() == total
+
+
+def test_a_batch_of_outcomes_is_written_together_each_guarded_by_its_lease() -> None:
+    first = jobs.add.delay(a=1)
+    second = jobs.add.delay(a=2)
+    claimed = {j.pk: j for j in claim(queue="default", limit=2, node_id=None, lease_seconds=30)}
+    stale = claimed[second.pk]
+    Job.objects.filter(pk=second.pk).update(lease_token="00000000-0000-0000-0000-0000000000ff")
+    batch = [
+        acks.decide(execute(claimed[first.pk]), node="n"),
+        acks.decide(execute(stale), node="n"),
+    ]
+    assert acks.apply_many(batch) == [True, False]
+    assert Job.objects.get(pk=first.pk).state == State.COMPLETED
+    assert Job.objects.get(pk=second.pk).state == State.LEASED  # not this worker's any more
+    assert list(Attempt.objects.values_list("job_id", flat=True)) == [first.pk]

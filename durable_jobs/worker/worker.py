@@ -368,6 +368,16 @@ class Worker:
         self._pending.append(acks.decide(result, node=self.node.name))
 
     def _flush_acks(self) -> None:
+        if not self._pending:
+            return
+        try:
+            # Every outcome collected in this pass, in one transaction: one commit (and on
+            # SQLite one turn of the write lock) for the batch instead of one per job.
+            acks.apply_many(self._pending, using=self.alias)
+            self._pending.clear()
+            return
+        except (DataError, IntegrityError):
+            pass  # one of them is unwritable: find it by writing them one at a time
         while self._pending:
             ack = self._pending[0]
             try:
