@@ -1,0 +1,144 @@
+"""The Job changelist and change page, with the attempts inline and state-machine actions."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.db.models import QuerySet
+from django.http import HttpRequest
+
+from durable_jobs import actions
+from durable_jobs.admin.display import age, badge, pretty_json, report
+from durable_jobs.models import Attempt, Job
+from durable_jobs.states import FINAL
+
+ATTEMPT_FIELDS = (
+    "number",
+    "outcome",
+    "node",
+    "started_at",
+    "duration",
+    "error_message",
+    "traceback",
+    "log",
+)
+
+
+class AttemptInline(admin.TabularInline):
+    model = Attempt
+    extra = 0
+    can_delete = False
+    show_change_link = False
+    fields = ATTEMPT_FIELDS
+    readonly_fields = ATTEMPT_FIELDS
+    ordering = ["id"]
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(Job)
+class JobAdmin(admin.ModelAdmin):
+    list_display = [
+        "id",
+        "name",
+        "queue",
+        "state_badge",
+        "attempts_of",
+        "priority",
+        "when",
+        "age",
+        "leased_by",
+    ]
+    list_filter = ["state", "queue", "name", "created_at"]
+    search_fields = ["name", "=idempotency_key"]
+    list_select_related = ["leased_by"]
+    # Counting a large table on every page is what makes dashboards slow.
+    show_full_result_count = False
+    list_per_page = 50
+    inlines = [AttemptInline]
+    actions = ["retry_now", "cancel", "discard"]
+    fieldsets = [
+        (None, {"fields": ["id", "name", "queue", "state", "priority", "idempotency_key"]}),
+        (
+            "Payload and result",
+            {"fields": ["payload_json", "result_json", "progress", "last_error"]},
+        ),
+        (
+            "Timing and lease",
+            {
+                "fields": [
+                    "attempts",
+                    "max_retries",
+                    "timeout",
+                    "created_at",
+                    "available_at",
+                    "attempted_at",
+                    "finished_at",
+                    "leased_by",
+                    "lease_expires_at",
+                    "lease_token",
+                    "updated_at",
+                ]
+            },
+        ),
+        ("Meta", {"fields": ["meta_json"]}),
+    ]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        # Jobs are never edited by hand: state changes go through the actions below.
+        return [str(f) for _, options in self.fieldsets for f in options["fields"]]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[Job], search_term: str
+    ) -> tuple[QuerySet[Job], bool]:
+        results, duplicates = super().get_search_results(request, queryset, search_term)
+        if search_term.strip().isdigit():
+            results = results | queryset.filter(pk=int(search_term.strip()))
+        return results, duplicates
+
+    @admin.display(description="state", ordering="state")
+    def state_badge(self, job: Job) -> str:
+        return badge(job.state)
+
+    @admin.display(description="attempts")
+    def attempts_of(self, job: Job) -> str:
+        return f"{job.attempts}/{job.max_retries + 1}"
+
+    @admin.display(description="available / finished")
+    def when(self, job: Job) -> Any:
+        return job.finished_at if job.state in FINAL else job.available_at
+
+    @admin.display(description="age", ordering="created_at")
+    def age(self, job: Job) -> str:
+        return age(job.created_at)
+
+    @admin.display(description="payload (secrets masked)")
+    def payload_json(self, job: Job) -> str:
+        return pretty_json(job.payload)
+
+    @admin.display(description="result")
+    def result_json(self, job: Job) -> str:
+        return pretty_json(job.result)
+
+    @admin.display(description="meta")
+    def meta_json(self, job: Job) -> str:
+        return pretty_json(job.meta)
+
+    @admin.action(
+        description="Retry now (dead, cancelled or retrying jobs)", permissions=["change"]
+    )
+    def retry_now(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
+        report(self, request, "retried", *actions.retry_jobs(queryset), "running or already done")
+
+    @admin.action(description="Cancel (waiting or running jobs)", permissions=["change"])
+    def cancel(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
+        report(self, request, "cancelled", *actions.cancel_jobs(queryset), "already finished")
+
+    @admin.action(description="Discard to dead (waiting jobs)", permissions=["change"])
+    def discard(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
+        report(self, request, "discarded", *actions.discard_jobs(queryset), "running or finished")

@@ -1,0 +1,66 @@
+"""Worker nodes: live or stale by their last heartbeat, and what they run."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from django.contrib import admin
+from django.db.models import Count, Q, QuerySet
+from django.http import HttpRequest
+from django.utils import timezone
+
+from durable_jobs.admin.display import age, badge
+from durable_jobs.conf import get_settings
+from durable_jobs.models import Node
+from durable_jobs.states import State
+
+
+@admin.register(Node)
+class NodeAdmin(admin.ModelAdmin):
+    list_display = [
+        "name",
+        "status",
+        "pid",
+        "queues",
+        "concurrency",
+        "running",
+        "started_at",
+        "last_seen",
+    ]
+    readonly_fields = [
+        "name",
+        "pid",
+        "queues",
+        "concurrency",
+        "started_at",
+        "last_heartbeat_at",
+        "stopping",
+    ]
+    ordering = ["-started_at"]
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Node]:
+        return (
+            super()
+            .get_queryset(request)
+            .annotate(running_jobs=Count("jobs", filter=Q(jobs__state=State.LEASED)))
+        )
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    @admin.display(description="status")
+    def status(self, node: Any) -> str:
+        # Live while its heartbeat is more recent than a lease: after that its jobs are rescued.
+        limit = timezone.now() - timedelta(seconds=get_settings().lease_seconds)
+        if node.last_heartbeat_at < limit:
+            return badge("stale")
+        return badge("stopping" if node.stopping else "live")
+
+    @admin.display(description="running jobs", ordering="running_jobs")
+    def running(self, node: Any) -> int:
+        return int(node.running_jobs)
+
+    @admin.display(description="last seen", ordering="last_heartbeat_at")
+    def last_seen(self, node: Node) -> str:
+        return f"{age(node.last_heartbeat_at)} ago"
