@@ -8,6 +8,7 @@ import signal
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import OperationalError, ProgrammingError
 
 from durable_jobs.exceptions import DurableJobsError
 from durable_jobs.models import CatchUp, Schedule
@@ -89,6 +90,10 @@ class Command(BaseCommand):
             getattr(self, f"do_{action}")(options)
         except DurableJobsError as exc:
             raise CommandError(str(exc)) from None
+        except (OperationalError, ProgrammingError) as exc:
+            raise CommandError(
+                f"Database error: {exc}. Has `manage.py migrate` been run for durable_jobs?"
+            ) from None
 
     # -- reads ------------------------------------------------------------------------------
 
