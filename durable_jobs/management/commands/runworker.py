@@ -7,6 +7,7 @@ import sys
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import OperationalError, ProgrammingError
 
 from durable_jobs.exceptions import ImproperlyConfiguredQueue
 from durable_jobs.worker import Worker, parse_queues
@@ -99,6 +100,13 @@ class Command(BaseCommand):
             code = worker.run()
         except NodeNameTaken as exc:
             raise CommandError(str(exc)) from None
+        except (OperationalError, ProgrammingError) as exc:
+            # Only reachable while starting: once running, the worker rides out database
+            # errors itself.
+            raise CommandError(
+                f"The worker could not start: {exc}. Is the database reachable, and has "
+                "`manage.py migrate` been run for durable_jobs?"
+            ) from None
         if code:
             sys.exit(code)
 
