@@ -11,6 +11,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import OperationalError, ProgrammingError
 
 from durable_jobs.exceptions import DurableJobsError
+from durable_jobs.management.output import emit_json, table
 from durable_jobs.models import CatchUp, Schedule
 from durable_jobs.redaction import redact
 from durable_jobs.schedules.expressions import get_zone
@@ -100,7 +101,7 @@ class Command(BaseCommand):
     def do_list(self, options: dict[str, Any]) -> None:
         schedules = self.scheduler.list()
         if options.get("json"):
-            self.emit_json([schedule_to_dict(s) for s in schedules])
+            emit_json(self.stdout, [schedule_to_dict(s) for s in schedules])
             return
         rows = [
             [
@@ -127,7 +128,7 @@ class Command(BaseCommand):
             "RUNS",
             "FAILS",
         ]
-        self.table(headers, rows) if rows else self.stdout.write("No schedules.")
+        table(self.stdout, headers, rows) if rows else self.stdout.write("No schedules.")
 
     def do_show(self, options: dict[str, Any]) -> None:
         schedule = self.scheduler.get(options["id"])
@@ -138,7 +139,7 @@ class Command(BaseCommand):
             data["upcoming"] = [
                 {"utc": t.isoformat(), "local": t.astimezone(zone).isoformat()} for t in upcoming
             ]
-            self.emit_json(data)
+            emit_json(self.stdout, data)
             return
         data = schedule_to_dict(schedule)
         width = max(len(k) for k in data)
@@ -147,7 +148,8 @@ class Command(BaseCommand):
             self.stdout.write(f"{key.ljust(width)}  {'' if shown is None else shown}")
         self.stdout.write("")
         self.stdout.write(f"Next {len(upcoming)} runs:")
-        self.table(
+        table(
+            self.stdout,
             ["UTC", schedule.timezone],
             [[_when(t), t.astimezone(zone).strftime("%Y-%m-%d %H:%M:%S %Z")] for t in upcoming],
         )
@@ -156,7 +158,7 @@ class Command(BaseCommand):
         stats = self.scheduler.stats()
         stats["next_run_at"] = stats["next_run_at"].isoformat() if stats["next_run_at"] else None
         if options.get("json"):
-            self.emit_json(stats)
+            emit_json(self.stdout, stats)
             return
         width = max(len(k) for k in stats)
         for key, value in stats.items():
@@ -222,7 +224,7 @@ class Command(BaseCommand):
         result = sync_schedules()
         data = {"created": result.created, "updated": result.updated, "removed": result.removed}
         if options.get("json"):
-            self.emit_json(data)
+            emit_json(self.stdout, data)
             return
         for key, ids in data.items():
             self.stdout.write(f"{key}: {', '.join(ids) if ids else '-'}")
@@ -236,18 +238,6 @@ class Command(BaseCommand):
         signal.signal(signal.SIGINT, stop)
         self.stdout.write("Scheduler heartbeat running; Ctrl-C to stop.")
         self.scheduler.serve(options["interval"])
-
-    # -- output -----------------------------------------------------------------------------
-
-    def emit_json(self, data: Any) -> None:
-        self.stdout.write(json.dumps(data, indent=2, default=str))
-
-    def table(self, headers: list[str], rows: list[list[str]]) -> None:
-        widths = [max(len(str(x)) for x in col) for col in zip(headers, *rows, strict=False)]
-        for row in [headers, *rows]:
-            self.stdout.write(
-                "  ".join(str(x).ljust(w) for x, w in zip(row, widths, strict=False)).rstrip()
-            )
 
 
 def _when(value: datetime.datetime | None) -> str:

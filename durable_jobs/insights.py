@@ -1,0 +1,135 @@
+"""Read-only summaries of the job tables, for the ``jobs`` command (and dashboards).
+
+Every query here is bounded: grouped counts use the state/queue index, error groups
+look at a time window of attempts, and nothing loads rows one by one.
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+from django.db.models import Count, Max, Min, Q, QuerySet
+from django.utils import timezone
+
+from durable_jobs.conf import get_settings
+from durable_jobs.models import Attempt, Job, Node, Outcome
+from durable_jobs.redaction import redact
+from durable_jobs.states import State
+
+
+def iso(value: datetime.datetime | None) -> str | None:
+    return value.isoformat() if value else None
+
+
+def job_to_dict(job: Job, *, attempts: bool = False) -> dict[str, Any]:
+    """The stable JSON form of a job (``--json``); secret-looking payload keys masked."""
+    data: dict[str, Any] = {
+        "id": job.pk,
+        "name": job.name,
+        "queue": job.queue,
+        "state": job.state,
+        "priority": job.priority,
+        "attempts": job.attempts,
+        "max_retries": job.max_retries,
+        "payload": redact(job.payload),
+        "idempotency_key": job.idempotency_key,
+        "created_at": iso(job.created_at),
+        "available_at": iso(job.available_at),
+        "attempted_at": iso(job.attempted_at),
+        "finished_at": iso(job.finished_at),
+        "lease_expires_at": iso(job.lease_expires_at),
+        "node": job.leased_by.name if job.leased_by_id and job.leased_by else None,
+        "progress": job.progress,
+        "result": job.result,
+        "last_error": job.last_error,
+        "meta": job.meta,
+    }
+    if attempts:
+        data["attempts_detail"] = [
+            {
+                "number": a.number,
+                "outcome": a.outcome,
+                "node": a.node,
+                "started_at": iso(a.started_at),
+                "finished_at": iso(a.finished_at),
+                "duration_ms": round(a.duration.total_seconds() * 1000, 3),
+                "error_class": a.error_class,
+                "error_message": a.error_message,
+                "traceback": a.traceback,
+                "log": a.log,
+            }
+            for a in job.attempt_set.order_by("id")
+        ]
+    return data
+
+
+def stats() -> dict[str, Any]:
+    """Counts per queue and state, the oldest waiting job per queue, and nodes."""
+    now = timezone.now()
+    queues: dict[str, dict[str, Any]] = {}
+    for row in Job.objects.values("queue", "state").annotate(n=Count("pk")).order_by():
+        entry = queues.setdefault(row["queue"], {s.value: 0 for s in State})
+        entry[row["state"]] = row["n"]
+    waiting = (
+        Job.objects.filter(state=State.QUEUED, available_at__lte=now)
+        .values("queue")
+        .annotate(oldest=Min("available_at"))
+        .order_by()
+    )
+    for lag in waiting:
+        queues.setdefault(lag["queue"], {s.value: 0 for s in State})["lag_seconds"] = round(
+            (now - lag["oldest"]).total_seconds(), 3
+        )
+    stale_before = now - datetime.timedelta(seconds=get_settings().lease_seconds)
+    nodes = Node.objects.aggregate(
+        live=Count("pk", filter=Q(last_heartbeat_at__gte=stale_before)),
+        stale=Count("pk", filter=Q(last_heartbeat_at__lt=stale_before)),
+    )
+    for entry in queues.values():
+        entry.setdefault("lag_seconds", 0.0)
+    return {"queues": dict(sorted(queues.items())), "nodes": nodes}
+
+
+def error_groups(since: datetime.datetime, limit: int = 20) -> list[dict[str, Any]]:
+    """Failed attempts since ``since``, grouped by error class and message, newest first.
+
+    The root cause is the last link of the stored cause chain.
+    """
+    failures = [Outcome.FAILED, Outcome.TIMED_OUT, Outcome.LOST, Outcome.DISCARDED]
+    rows = (
+        Attempt.objects.filter(finished_at__gte=since, outcome__in=failures)
+        .values("error_class", "error_message")
+        .annotate(count=Count("pk"), last_seen=Max("finished_at"), example_job=Max("job_id"))
+        .order_by("-last_seen")[:limit]
+    )
+    return [
+        {
+            "error_class": row["error_class"],
+            "root_cause": row["error_message"].split("\ncaused by: ")[-1],
+            "message": row["error_message"].splitlines()[0] if row["error_message"] else "",
+            "count": row["count"],
+            "last_seen": iso(row["last_seen"]),
+            "example_job": row["example_job"],
+        }
+        for row in rows
+    ]
+
+
+def filtered(
+    *,
+    state: list[str] | None = None,
+    queue: str | None = None,
+    name: str | None = None,
+    since: datetime.datetime | None = None,
+) -> QuerySet[Job]:
+    jobs = Job.objects.all()
+    if state:
+        jobs = jobs.filter(state__in=state)
+    if queue:
+        jobs = jobs.filter(queue=queue)
+    if name:
+        jobs = jobs.filter(name=name)
+    if since:
+        jobs = jobs.filter(created_at__gte=since)
+    return jobs

@@ -1,0 +1,231 @@
+"""``manage.py jobs``: inspect jobs and act on them from a terminal or a script.
+
+Every read has ``--json`` (the keys of :func:`durable_jobs.insights.job_to_dict`);
+every write goes through the state machine (:mod:`durable_jobs.actions`).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import re
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import OperationalError, ProgrammingError
+from django.db.models import QuerySet
+from django.utils import timezone
+
+from durable_jobs import actions, insights
+from durable_jobs.management.output import emit_json, table
+from durable_jobs.models import Job
+from durable_jobs.plugins.pruner import prune
+from durable_jobs.states import State
+
+_DURATION = re.compile(r"^(\d+)([smhd])$")
+_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
+
+
+def since_value(text: str) -> datetime.datetime:
+    """``--since``: a duration back from now (``30m``, ``2h``, ``7d``) or an aware ISO time."""
+    match = _DURATION.match(text.strip())
+    if match:
+        return timezone.now() - datetime.timedelta(**{_UNITS[match[2]]: int(match[1])})
+    try:
+        value = datetime.datetime.fromisoformat(text)
+    except ValueError:
+        raise ValueError(text) from None
+    if timezone.is_naive(value):
+        raise ValueError(text)
+    return value
+
+
+def state_value(text: str) -> str:
+    try:
+        return State(text).value
+    except ValueError:
+        raise ValueError(text) from None
+
+
+class Command(BaseCommand):
+    help = "Inspect durable jobs and retry, cancel, discard, delete or prune them."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        sub = parser.add_subparsers(dest="action", metavar="ACTION")
+
+        def filters(p: CommandParser) -> None:
+            p.add_argument("--state", type=state_value, action="append", help="Repeatable.")
+            p.add_argument("--queue")
+            p.add_argument("--name", help="The handler's registered name.")
+            p.add_argument(
+                "--since", type=since_value, help="Created since: 30m, 2h, 7d or an aware ISO time."
+            )
+
+        stats = sub.add_parser("stats", help="Counts per queue and state, lag, nodes.")
+        stats.add_argument("--json", action="store_true")
+        listing = sub.add_parser("list", help="Jobs, newest first (the default).")
+        filters(listing)
+        listing.add_argument("--limit", type=int, default=50)
+        listing.add_argument("--json", action="store_true")
+        show = sub.add_parser("show", help="One job with every attempt.")
+        show.add_argument("id", type=int)
+        show.add_argument("--json", action="store_true")
+        errors = sub.add_parser("errors", help="Failures grouped by error, newest first.")
+        errors.add_argument("--since", type=since_value, default=None, help="Default: 24h.")
+        errors.add_argument("--limit", type=int, default=20)
+        errors.add_argument("--json", action="store_true")
+        for action, text in (
+            ("retry", "Put dead, cancelled or retrying jobs back in the queue, now."),
+            ("cancel", "Cancel waiting or running jobs."),
+            ("discard", "Move waiting jobs to dead."),
+            ("delete", "Delete jobs and their attempts."),
+        ):
+            write = sub.add_parser(action, help=text)
+            write.add_argument("ids", type=int, nargs="*")
+            write.add_argument("--all", action="store_true", help="Every job the filters match.")
+            filters(write)
+            write.add_argument("--yes", action="store_true", help="Do not ask for confirmation.")
+        prune_parser = sub.add_parser("prune", help="Delete finished jobs older than N days.")
+        prune_parser.add_argument("--days", type=float, default=None)
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        action = options.get("action") or "list"
+        if action == "list":
+            options = {"state": None, "queue": None, "name": None, "since": None,
+                       "limit": 50, "json": False, **options}  # fmt: skip
+        try:
+            getattr(self, f"do_{action}")(options)
+        except (OperationalError, ProgrammingError) as exc:
+            raise CommandError(
+                f"Database error: {exc}. Has `manage.py migrate` been run for durable_jobs?"
+            ) from None
+
+    # -- reads ------------------------------------------------------------------------------
+
+    def do_stats(self, options: dict[str, Any]) -> None:
+        data = insights.stats()
+        if options.get("json"):
+            return emit_json(self.stdout, data)
+        states = [s.value for s in State]
+        rows = [[queue, *(str(c[s]) for s in states), f"{c['lag_seconds']:g}s"]
+                for queue, c in data["queues"].items()]  # fmt: skip
+        table(self.stdout, ["QUEUE", *(s.upper() for s in states), "LAG"], rows)
+        self.stdout.write(f"\nnodes: {data['nodes']['live']} live, {data['nodes']['stale']} stale")
+
+    def do_list(self, options: dict[str, Any]) -> None:
+        jobs = self.matching(options).select_related("leased_by").order_by("-pk")
+        jobs = jobs[: max(options["limit"], 0)]
+        if options.get("json"):
+            return emit_json(self.stdout, [insights.job_to_dict(j) for j in jobs])
+        rows = [
+            [str(j.pk), j.name, j.queue, j.state, f"{j.attempts}/{j.max_retries + 1}",
+             f"{j.created_at:%Y-%m-%d %H:%M:%S}", (j.last_error.splitlines() or [""])[0][:60]]
+            for j in jobs
+        ]  # fmt: skip
+        table(
+            self.stdout,
+            ["ID", "NAME", "QUEUE", "STATE", "ATTEMPTS", "CREATED (UTC)", "LAST ERROR"],
+            rows,
+        )
+
+    def do_show(self, options: dict[str, Any]) -> None:
+        job = Job.objects.select_related("leased_by").filter(pk=options["id"]).first()
+        if job is None:
+            raise CommandError(f"No job with id {options['id']}.")
+        data = insights.job_to_dict(job, attempts=True)
+        if options.get("json"):
+            return emit_json(self.stdout, data)
+        attempts = data.pop("attempts_detail")
+        width = max(len(k) for k in data)
+        for key, value in data.items():
+            shown = json.dumps(value) if isinstance(value, dict | list) else value
+            self.stdout.write(f"{key.ljust(width)}  {'' if shown is None else shown}")
+        for attempt in attempts:
+            self.stdout.write(
+                f"\nattempt {attempt['number']}: {attempt['outcome']} on {attempt['node'] or '-'}"
+                f" at {attempt['started_at']} ({attempt['duration_ms']} ms)"
+            )
+            for part in ("error_message", "traceback", "log"):
+                if attempt[part]:
+                    self.stdout.write(attempt[part].rstrip())
+
+    def do_errors(self, options: dict[str, Any]) -> None:
+        since = options["since"] or timezone.now() - datetime.timedelta(days=1)
+        groups = insights.error_groups(since, options["limit"])
+        if options.get("json"):
+            return emit_json(self.stdout, groups)
+        rows = [[str(g["count"]), g["last_seen"][:19], g["error_class"], g["root_cause"][:70],
+                 str(g["example_job"])] for g in groups]  # fmt: skip
+        table(self.stdout, ["COUNT", "LAST SEEN", "ERROR", "ROOT CAUSE", "EXAMPLE JOB"], rows)
+
+    # -- writes -----------------------------------------------------------------------------
+
+    def do_retry(self, options: dict[str, Any]) -> None:
+        self.act(options, "retry", actions.retry_jobs, "running or already done")
+
+    def do_cancel(self, options: dict[str, Any]) -> None:
+        self.act(options, "cancel", actions.cancel_jobs, "already finished")
+
+    def do_discard(self, options: dict[str, Any]) -> None:
+        self.act(options, "discard", actions.discard_jobs, "running or finished")
+
+    def do_delete(self, options: dict[str, Any]) -> None:
+        def delete(jobs: QuerySet[Job]) -> tuple[int, int]:
+            deleted = jobs.delete()[1].get(Job._meta.label, 0)
+            return deleted, 0
+
+        self.act(options, "delete", delete, "")
+
+    def do_prune(self, options: dict[str, Any]) -> None:
+        total = 0
+        while True:
+            deleted = prune(days=options["days"])
+            total += deleted
+            if not deleted:
+                break
+        self.stdout.write(f"Pruned {total} finished jobs.")
+
+    def act(
+        self,
+        options: dict[str, Any],
+        verb: str,
+        action: Callable[[QuerySet[Job]], tuple[int, int]],
+        why: str,
+    ) -> None:
+        has_filter = any(options.get(k) for k in ("state", "queue", "name", "since"))
+        if options["all"] == bool(options["ids"]):
+            raise CommandError(f"Give job ids, or --all with filters: `jobs {verb} 12 13`.")
+        if options["all"] and not has_filter:
+            raise CommandError(
+                f"`jobs {verb} --all` needs at least one filter (--state, --queue, --name or "
+                "--since), so that it cannot touch every job by accident."
+            )
+        jobs = (
+            self.matching(options) if options["all"] else Job.objects.filter(pk__in=options["ids"])
+        )
+        count = jobs.count()
+        if not options["yes"]:
+            if not sys.stdin.isatty():
+                raise CommandError(
+                    f"Refusing to {verb} {count} jobs without --yes (no terminal to ask)."
+                )
+            answer = input(f"{verb.capitalize()} {count} jobs? [y/N] ")
+            if answer.strip().lower() not in ("y", "yes"):
+                raise CommandError("Nothing changed.")
+        changed, skipped = action(jobs)
+        message = f"{verb}: {changed} changed"
+        if skipped:
+            message += f", {skipped} skipped ({why})"
+        self.stdout.write(message + ".")
+
+    # -- helpers ----------------------------------------------------------------------------
+
+    def matching(self, options: dict[str, Any]) -> QuerySet[Job]:
+        return insights.filtered(
+            state=options.get("state"),
+            queue=options.get("queue"),
+            name=options.get("name"),
+            since=options.get("since"),
+        )
