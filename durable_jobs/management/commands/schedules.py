@@ -11,6 +11,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import OperationalError, ProgrammingError
 
 from durable_jobs.exceptions import DurableJobsError
+from durable_jobs.insights import iso
 from durable_jobs.management.output import emit_json, table
 from durable_jobs.models import CatchUp, Schedule
 from durable_jobs.redaction import redact
@@ -19,10 +20,6 @@ from durable_jobs.schedules.expressions import get_zone
 
 def schedule_to_dict(schedule: Schedule) -> dict[str, Any]:
     """The stable JSON form of a schedule (``--json``)."""
-
-    def iso(value: datetime.datetime | None) -> str | None:
-        return value.isoformat() if value else None
-
     return {
         "id": schedule.pk,
         "expression": schedule.expression,
@@ -156,7 +153,7 @@ class Command(BaseCommand):
 
     def do_stats(self, options: dict[str, Any]) -> None:
         stats = self.scheduler.stats()
-        stats["next_run_at"] = stats["next_run_at"].isoformat() if stats["next_run_at"] else None
+        stats["next_run_at"] = iso(stats["next_run_at"])
         if options.get("json"):
             emit_json(self.stdout, stats)
             return
