@@ -6,18 +6,23 @@ from typing import TYPE_CHECKING, Any
 
 from durable_jobs.context import JobContext
 from durable_jobs.exceptions import Cancel, Discard, EnqueueError, Snooze, UnknownJob
-from durable_jobs.handlers import JobHandler, job
+from durable_jobs.flow.unique import Unique
+from durable_jobs.handlers import JobHandler, PreparedJob, job
 
 __all__ = [
+    "Batch",
     "Cancel",
     "Discard",
     "EnqueueError",
     "JobContext",
     "JobHandler",
+    "PreparedJob",
     "Scheduler",
     "Snooze",
+    "Unique",
     "UnknownJob",
     "enqueue",
+    "enqueue_many",
     "job",
 ]
 
@@ -25,16 +30,23 @@ __version__ = "0.1.0"
 
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from durable_jobs.flow.batches import Batch
     from durable_jobs.models import Job
     from durable_jobs.schedules.scheduler import Scheduler
 
 
 def __getattr__(name: str) -> Any:
-    # Scheduler imports the models, which must wait until Django's apps are ready.
+    # These import the models, which must wait until Django's apps are ready.
     if name == "Scheduler":
         from durable_jobs.schedules.scheduler import Scheduler
 
         return Scheduler
+    if name == "Batch":
+        from durable_jobs.flow.batches import Batch
+
+        return Batch
     raise AttributeError(f"module 'durable_jobs' has no attribute {name!r}")
 
 
@@ -49,3 +61,16 @@ def enqueue(name: str, payload: dict[str, Any] | None = None, **options: Any) ->
     from durable_jobs.enqueueing import enqueue as _enqueue
 
     return _enqueue(name, payload, **options)
+
+
+def enqueue_many(jobs: Iterable[PreparedJob], *, using: str | None = None) -> list[Job]:
+    """Enqueue many prepared jobs in a few statements and one transaction::
+
+        durable_jobs.enqueue_many([send_receipt.prepare(order_id=i) for i in order_ids])
+
+    Returns the rows in the same order. Where an idempotency key (or ``unique``) is
+    already taken, the existing job takes that place. Workers are woken once.
+    """
+    from durable_jobs.enqueueing import enqueue_many as _enqueue_many
+
+    return _enqueue_many(jobs, using=using)

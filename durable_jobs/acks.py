@@ -12,10 +12,11 @@ from __future__ import annotations
 import datetime
 import logging
 import traceback as tb
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.db import DatabaseError
 from django.db.models import F
 
 from durable_jobs import registry
@@ -124,7 +125,30 @@ def apply_many(batch: Sequence[Ack], *, using: str | None = None) -> list[bool]:
         )
     for ack, ok in zip(batch, moved, strict=True):
         _after_commit(ack, ok)
+    _finish_batches(
+        (
+            ack.job.batch_id
+            for ack, ok in zip(batch, moved, strict=True)
+            if ok and ack.target in FINAL and ack.job.batch_id
+        ),
+        using=backend.alias,
+    )
     return moved
+
+
+def _finish_batches(batch_ids: Iterable[int], *, using: str | None = None) -> None:
+    ids = set(batch_ids)
+    if not ids:
+        return
+    from durable_jobs.flow.batches import finish_ready
+
+    try:
+        finish_ready(ids, using=using)
+    except DatabaseError as exc:
+        # The outcomes are committed; the batch sweep finishes these batches later.
+        logging.getLogger("durable_jobs").warning(
+            "could not check batches %s for completion: %s", sorted(ids), exc
+        )
 
 
 def _after_commit(ack: Ack, moved: bool) -> None:

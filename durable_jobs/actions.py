@@ -10,8 +10,9 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from durable_jobs.db import backend_for
+from durable_jobs.flow.batches import finish_ready
 from durable_jobs.models import Job
-from durable_jobs.states import State, transition
+from durable_jobs.states import FINAL, State, transition
 
 
 def retry_jobs(jobs: QuerySet[Job]) -> tuple[int, int]:
@@ -57,7 +58,12 @@ def _apply(
     with backend.write_transaction():
         total = jobs.count()
         selected = jobs.exclude(state__in=exclude) if exclude else jobs
+        batch_ids = set(
+            selected.filter(batch__isnull=False).order_by().values_list("batch_id", flat=True)
+        )
         changed = transition(
             Job.objects.using(backend.alias).filter(pk__in=selected.values("pk")), target, **changes
         )
+    if batch_ids and target in FINAL:
+        finish_ready(batch_ids, using=backend.alias)
     return changed, total - changed

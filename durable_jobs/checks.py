@@ -95,6 +95,46 @@ def _check_queues(queues: Any) -> list[CheckMessage]:
                     id="durable_jobs.E003",
                 )
             )
+            continue
+        errors += _check_queue_limits(name, options)
+    return errors
+
+
+def _check_queue_limits(name: str, options: dict[str, Any]) -> list[CheckMessage]:
+    from durable_jobs.flow.rates import InvalidRate, parse_rate
+
+    errors: list[CheckMessage] = []
+    unknown = sorted(set(options) - {"concurrency", "global_concurrency", "rate"})
+    if unknown:
+        errors.append(
+            Error(
+                f"Queue {name!r}: unknown option(s) {', '.join(map(repr, unknown))}.",
+                hint="Queue options are concurrency (per node), global_concurrency and rate.",
+                id="durable_jobs.E012",
+            )
+        )
+    limit = options.get("global_concurrency")
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        errors.append(
+            Error(
+                f"Queue {name!r}: global_concurrency must be an integer >= 1 or None "
+                f"(got {limit!r}).",
+                hint="It caps the leased jobs of the queue across every node.",
+                id="durable_jobs.E012",
+            )
+        )
+    rate = options.get("rate")
+    if rate is not None:
+        try:
+            parse_rate(rate)
+        except InvalidRate as exc:
+            errors.append(
+                Error(
+                    f"Queue {name!r}: {exc}.",
+                    hint='For example "rate": "30/1m" (at most 30 starts per sliding minute).',
+                    id="durable_jobs.E013",
+                )
+            )
     return errors
 
 

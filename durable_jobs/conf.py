@@ -20,6 +20,8 @@ SETTINGS_NAME = "DURABLE_JOBS"
 
 DEFAULTS: dict[str, Any] = {
     # Queue name -> options. Workers started without ``--queues`` serve all of them.
+    # "concurrency" is per worker process; "global_concurrency" caps the queue's leased
+    # jobs across every node; "rate" ("30/1m") caps its starts per sliding window.
     "QUEUES": {"default": {"concurrency": 10}},
     # How long a claimed job stays leased without a heartbeat before any node may rescue it.
     "LEASE_SECONDS": 60,
@@ -67,6 +69,8 @@ DEFAULTS: dict[str, Any] = {
 class QueueOptions:
     name: str
     concurrency: int
+    global_concurrency: int | None = None
+    rate: str | None = None
 
 
 @dataclass(frozen=True)
@@ -104,7 +108,12 @@ def get_settings() -> Settings:
     """The validated settings. ``manage.py check`` reports problems with IDs first."""
     raw = merged_settings()
     queues = {
-        name: QueueOptions(name=name, concurrency=int((opts or {}).get("concurrency", 10)))
+        name: QueueOptions(
+            name=name,
+            concurrency=int((opts or {}).get("concurrency", 10)),
+            global_concurrency=(opts or {}).get("global_concurrency"),
+            rate=(opts or {}).get("rate"),
+        )
         for name, opts in raw["QUEUES"].items()
     }
     prune = raw["PRUNE_AFTER_DAYS"]

@@ -13,6 +13,7 @@ from django.utils.dateparse import parse_datetime
 from durable_jobs.logging import JobLoggerAdapter
 
 if TYPE_CHECKING:
+    from durable_jobs.flow.batches import BatchSummary
     from durable_jobs.models import Job
 
 #: ``progress()`` writes at most this often (seconds), except for 0 and 100.
@@ -34,6 +35,13 @@ class JobContext:
     @property
     def idempotency_key(self) -> str | None:
         return self.job.idempotency_key
+
+    @property
+    def batch(self) -> BatchSummary | None:
+        """For a batch's callback job: the batch's id, name, total and counts per final state."""
+        from durable_jobs.flow.batches import BatchSummary
+
+        return BatchSummary.from_meta(self.job.batch_info)
 
     @property
     def schedule_id(self) -> str | None:

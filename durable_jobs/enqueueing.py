@@ -1,10 +1,10 @@
-"""Writing new jobs: transactional, idempotent, and waking workers only on commit."""
+"""Writing new jobs, one or many: transactional, idempotent, waking workers only on commit."""
 
 from __future__ import annotations
 
 import datetime
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
@@ -22,7 +22,7 @@ from durable_jobs.states import State
 from durable_jobs.wakeup import wake_local_workers
 
 if TYPE_CHECKING:
-    from durable_jobs.handlers import JobHandler
+    from durable_jobs.handlers import JobHandler, PreparedJob
 
 logger = logging.getLogger("durable_jobs")
 
@@ -38,13 +38,25 @@ def enqueue(name: str, payload: Mapping[str, Any] | None = None, **options: Any)
     return handler.using(**options).delay(**dict(payload or {}))
 
 
-def build_job(handler: JobHandler, payload: dict[str, Any], options: EnqueueOptions) -> Job:
+def build_job(
+    handler: JobHandler,
+    payload: dict[str, Any],
+    options: EnqueueOptions,
+    *,
+    now: datetime.datetime | None = None,
+) -> Job:
     """An unsaved ``Job`` row for ``handler`` with ``payload`` and ``options`` applied."""
-    now = timezone.now()
+    now = now or timezone.now()
     available_at = _available_at(handler.name, now, options)
     key = options.idempotency_key
     if key is not None and (not isinstance(key, str) or not key or len(key) > 255):
         raise EnqueueError(f"{handler.name}: idempotency_key must be a string of 1-255 characters")
+    unique_states = ""
+    if key is None and handler.unique is not None:
+        # An explicit idempotency_key wins; it holds for the job's whole life.
+        key = handler.unique.key(handler.name, handler.signature, payload, now)
+        unique_states = handler.unique.stored_states()
+    concurrency_key = handler.key_for(payload)
     queue = handler.queue if options.queue is None else _check_queue(options.queue, handler.name)
     priority = (
         handler.priority
@@ -61,6 +73,9 @@ def build_job(handler: JobHandler, payload: dict[str, Any], options: EnqueueOpti
         name=handler.name,
         payload=payload,
         idempotency_key=key,
+        unique_states=unique_states,
+        concurrency_key=concurrency_key,
+        concurrency_limit=handler.concurrency_limit if concurrency_key else None,
         state=State.QUEUED,
         priority=priority,
         max_retries=max_retries,
@@ -88,11 +103,24 @@ def insert_or_get(
     job = build_job(handler, payload, options)
     backend = backend_for(using)
     available_now = job.available_at <= job.created_at
-    job_id = backend.insert_job(job, notify=available_now)
-    if job_id is None:
-        existing = Job.objects.using(backend.alias).get(idempotency_key=job.idempotency_key)
-        log_event(logging.DEBUG, "duplicate enqueue", existing, idempotency_key=job.idempotency_key)
-        return existing, False
+    for _ in range(3):
+        job_id = backend.insert_job(job, notify=available_now)
+        if job_id is not None:
+            break
+        existing = Job.objects.using(backend.alias).filter(idempotency_key=job.idempotency_key)
+        found = existing.first()
+        if found is not None:
+            log_event(
+                logging.DEBUG, "duplicate enqueue", found, idempotency_key=job.idempotency_key
+            )
+            return found, False
+        # The holder of a unique key left its unique states between our insert and read,
+        # freeing the key: insert again.
+    else:
+        raise EnqueueError(
+            f"{handler.name}: the idempotency key {job.idempotency_key!r} kept changing hands; "
+            "try again"
+        )
     job.pk = job_id
     job._state.adding = False
     job._state.db = backend.alias
@@ -119,3 +147,80 @@ def _available_at(name: str, now: datetime.datetime, options: EnqueueOptions) ->
             raise EnqueueError(f"{name}: run_in must be a datetime.timedelta")
         return now + max(options.run_in, datetime.timedelta(0))
     return now
+
+
+def enqueue_many(prepared: Iterable[PreparedJob], *, using: str | None = None) -> list[Job]:
+    """Enqueue many prepared jobs in a few statements; return their rows, in order.
+
+    ``durable_jobs.enqueue_many([send_receipt.prepare(order_id=i) for i in ids])``
+
+    All or nothing, in one transaction. Idempotency keys and ``unique`` are honoured:
+    where a key is already taken (or repeats within the list), the existing job is
+    returned in that position and nothing new is created. Workers are woken once.
+    """
+    return insert_many(list(prepared), using=using)[0]
+
+
+def insert_many(
+    prepared: list[PreparedJob],
+    *,
+    using: str | None = None,
+    batch_id: int | None = None,
+) -> tuple[list[Job], int]:
+    """``(jobs, created)``: :func:`enqueue_many`, optionally tagging new jobs with a batch."""
+    from durable_jobs.handlers import PreparedJob
+
+    for item in prepared:
+        if not isinstance(item, PreparedJob):
+            raise EnqueueError(
+                f"enqueue_many takes prepared jobs, as in send_receipt.prepare(order_id=1); "
+                f"got {type(item).__name__}"
+            )
+    backend = backend_for(using)
+    now = timezone.now()
+    jobs = [build_job(p.handler, p.payload, p.options, now=now) for p in prepared]
+    for job in jobs:
+        job.batch_id = batch_id
+    with transaction.atomic(using=backend.alias):
+        ids = backend.insert_jobs(jobs)
+        missing = {j.idempotency_key for j, pk in zip(jobs, ids, strict=True) if pk is None}
+        existing = (
+            {
+                j.idempotency_key: j
+                for j in Job.objects.using(backend.alias).filter(idempotency_key__in=missing)
+            }
+            if missing
+            else {}
+        )
+        queues = sorted(
+            {j.queue for j, pk in zip(jobs, ids, strict=True) if pk and j.available_at <= now}
+        )
+        if queues:
+            backend.notify(queues)
+    out: list[Job] = []
+    created = 0
+    for job, pk in zip(jobs, ids, strict=True):
+        if pk is None:
+            found = existing.get(job.idempotency_key)
+            if found is None:
+                raise EnqueueError(
+                    f"{job.name}: the idempotency key {job.idempotency_key!r} was freed while "
+                    "enqueuing; enqueue again"
+                )
+            out.append(found)
+            continue
+        job.pk = pk
+        job._state.adding = False
+        job._state.db = backend.alias
+        created += 1
+        out.append(job)
+    if logger.isEnabledFor(logging.INFO) and created:
+        logger.info(
+            "enqueued %s jobs (%s already existed)",
+            created,
+            len(jobs) - created,
+            extra={"count": created, "queues": queues},
+        )
+    if queues:
+        transaction.on_commit(wake_local_workers, using=backend.alias)
+    return out, created

@@ -12,9 +12,13 @@ from durable_jobs import payload as payloads
 from durable_jobs import registry
 from durable_jobs.backoff import Backoff, backoff_from
 from durable_jobs.exceptions import EnqueueError
+from durable_jobs.flow.unique import Unique
 
 if TYPE_CHECKING:
     from durable_jobs.models import Job
+
+#: ``@job(concurrency_key=...)``: a fixed key, or a function of the job's arguments.
+ConcurrencyKey = str | Callable[..., str | None]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -49,6 +53,9 @@ class JobHandler(Generic[P, R]):
         timeout: float | None = None,
         backoff: Backoff | Sequence[float] | None = None,
         takes_context: bool = False,
+        unique: Unique | None = None,
+        concurrency_key: ConcurrencyKey | None = None,
+        concurrency_limit: int = 1,
     ) -> None:
         self.func = func
         self.name = name or f"{func.__module__}.{func.__qualname__}"
@@ -64,6 +71,26 @@ class JobHandler(Generic[P, R]):
         self.takes_context = takes_context
         self.is_async = inspect.iscoroutinefunction(func)
         self.signature = payloads.parameters(func, takes_context=takes_context)
+        if unique is not None and not isinstance(unique, Unique):
+            raise ValueError(f"@job(unique=...) of {self.name} takes durable_jobs.Unique(...)")
+        if unique is not None:
+            unique.check_fields(self.name, self.signature)
+        self.unique = unique
+        if concurrency_key is not None and not (
+            isinstance(concurrency_key, str) or callable(concurrency_key)
+        ):
+            raise ValueError(
+                f"@job(concurrency_key=...) of {self.name} must be a string or a function of "
+                'the job\'s arguments, as in lambda order_id, **_: f"order:{order_id}"'
+            )
+        if (
+            isinstance(concurrency_limit, bool)
+            or not isinstance(concurrency_limit, int)
+            or (concurrency_limit < 1)
+        ):
+            raise ValueError(f"@job(concurrency_limit=...) of {self.name} must be an integer >= 1")
+        self.concurrency_key = concurrency_key
+        self.concurrency_limit = concurrency_limit
         self.__doc__ = func.__doc__
         self.__name__ = getattr(func, "__name__", self.name)
         self.__qualname__ = getattr(func, "__qualname__", self.name)
@@ -98,6 +125,33 @@ class JobHandler(Generic[P, R]):
         """Enqueue this job with the given keyword arguments; return the ``Job`` row."""
         return ConfiguredJob(self, EnqueueOptions()).delay(*args, **kwargs)
 
+    def prepare(self, *args: P.args, **kwargs: P.kwargs) -> PreparedJob:
+        """A checked enqueue that has not happened yet, for ``enqueue_many`` and ``Batch``."""
+        return ConfiguredJob(self, EnqueueOptions()).prepare(*args, **kwargs)
+
+    def key_for(self, payload: Mapping[str, Any]) -> str | None:
+        """This job's concurrency key for ``payload`` (None when it has none)."""
+        spec = self.concurrency_key
+        if spec is None:
+            return None
+        if isinstance(spec, str):
+            key: Any = spec
+        else:
+            try:
+                key = spec(**payload)
+            except Exception as exc:
+                raise EnqueueError(
+                    f"{self.name}: the concurrency_key function failed on {sorted(payload)}: "
+                    f"{type(exc).__name__}: {exc}. It is called with the job's keyword "
+                    "arguments; accept the ones it does not use with **_"
+                ) from exc
+        if key is not None and (not isinstance(key, str) or not key or len(key) > 255):
+            raise EnqueueError(
+                f"{self.name}: the concurrency key must be a string of 1-255 characters "
+                f"(or None for no key), not {key!r}"
+            )
+        return key
+
     def check_arguments(self, args: tuple, kwargs: Mapping[str, Any]) -> dict[str, Any]:
         """Validate a call's arguments and return them as a JSON payload."""
         payloads.check_binds(self.name, self.signature, args, kwargs)
@@ -119,6 +173,26 @@ class ConfiguredJob(Generic[P, R]):
 
         return enqueue_job(self.handler, self.handler.check_arguments(args, kwargs), self.options)
 
+    def prepare(self, *args: P.args, **kwargs: P.kwargs) -> PreparedJob:
+        return PreparedJob(self.handler, self.handler.check_arguments(args, kwargs), self.options)
+
+
+@dataclasses.dataclass(frozen=True)
+class PreparedJob:
+    """Arguments checked and options set, not yet enqueued: ``send_receipt.prepare(order_id=1)``.
+
+    Pass a list of them to :func:`durable_jobs.enqueue_many`, or to a ``Batch``.
+    """
+
+    handler: JobHandler[..., Any]
+    payload: dict[str, Any]
+    options: EnqueueOptions
+
+    def delay(self) -> Job:
+        from durable_jobs.enqueueing import enqueue_job
+
+        return enqueue_job(self.handler, self.payload, self.options)
+
 
 @overload
 def job(func: Callable[P, R], /) -> JobHandler[P, R]: ...
@@ -133,6 +207,9 @@ def job(
     max_retries: int | None = None,
     timeout: float | None = None,
     backoff: Backoff | Sequence[float] | None = None,
+    unique: Unique | None = None,
+    concurrency_key: ConcurrencyKey | None = None,
+    concurrency_limit: int = 1,
     takes_context: Literal[False] = False,
 ) -> Callable[[Callable[P, R]], JobHandler[P, R]]: ...
 
@@ -146,6 +223,9 @@ def job(
     max_retries: int | None = None,
     timeout: float | None = None,
     backoff: Backoff | Sequence[float] | None = None,
+    unique: Unique | None = None,
+    concurrency_key: ConcurrencyKey | None = None,
+    concurrency_limit: int = 1,
     takes_context: Literal[True],
 ) -> Callable[[Callable[..., R]], JobHandler[..., R]]:
     # The stored arguments exclude ``context``, which a ParamSpec cannot drop: such

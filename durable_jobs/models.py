@@ -1,4 +1,4 @@
-"""The durable records: jobs, their attempts, and the worker nodes that run them.
+"""The durable records: jobs, their attempts, batches, queues, and the nodes that run them.
 
 Timestamps are always written from Django's ``timezone.now()`` (the application
 clock), never the database clock, so SQLite and PostgreSQL agree and tests can
@@ -52,12 +52,105 @@ class Node(models.Model):
         return self.name
 
 
+class Queue(models.Model):
+    """A queue's shared state: paused, and its cluster-wide limits.
+
+    A row exists once a worker has served the queue, settings declared it, or an
+    operator paused it. A queue without a row is running and unlimited.
+    """
+
+    name = models.CharField(primary_key=True, max_length=100)
+    paused = models.BooleanField(default=False)
+    paused_at = models.DateTimeField(null=True, blank=True)
+    global_concurrency = models.PositiveIntegerField(
+        null=True, blank=True, help_text="At most this many leased jobs across every node."
+    )
+    rate_limit = models.PositiveIntegerField(
+        null=True, blank=True, help_text="At most this many job starts per rate period."
+    )
+    rate_period = models.FloatField(
+        null=True, blank=True, help_text="Seconds of the sliding rate-limit window."
+    )
+    # Recent starts as [[epoch seconds, count], ...], one entry per claim: the sliding log
+    # that the claim transaction reads and appends to while it holds this row's lock.
+    rate_window = models.JSONField(default=list, blank=True)
+    created_at = models.DateTimeField(default=now)
+    updated_at = models.DateTimeField(default=now)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def is_limited(self) -> bool:
+        """Whether claims must go through the locked, counting path."""
+        return bool(self.global_concurrency or self.rate_limit)
+
+    @property
+    def rate(self) -> str:
+        from durable_jobs.flow.rates import format_rate
+
+        return format_rate(self.rate_limit, self.rate_period)
+
+
+class Batch(models.Model):
+    """Jobs enqueued together; a callback job runs once when every one of them is final."""
+
+    id = models.BigAutoField(primary_key=True)
+    name = models.CharField(max_length=255, blank=True, default="")
+    total = models.PositiveIntegerField(default=0)
+    # The callback, as a prepared enqueue: handler name, payload and options.
+    callback_name = models.CharField(max_length=255, blank=True, default="")
+    callback_payload = models.JSONField(default=dict, blank=True)
+    callback_options = models.JSONField(default=dict, blank=True)
+    callback_job_id = models.BigIntegerField(null=True, blank=True)
+    created_at = models.DateTimeField(default=now)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    # Jobs per final state, recorded when the batch finished.
+    counts = models.JSONField(default=dict, blank=True)
+    meta = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["-id"]
+        verbose_name_plural = "batches"
+        indexes = [
+            models.Index(
+                fields=["created_at"],
+                name="durable_batch_open_idx",
+                condition=Q(finished_at__isnull=True),
+            )
+        ]
+
+    def __str__(self) -> str:
+        return self.name or f"batch {self.pk}"
+
+    @property
+    def is_finished(self) -> bool:
+        return self.finished_at is not None
+
+
 class Job(models.Model):
     id = models.BigAutoField(primary_key=True)
     queue = models.CharField(max_length=100, default="default")
     name = models.CharField(max_length=255, help_text="The handler's registered name.")
     payload = models.JSONField(default=dict, help_text="Keyword arguments for the handler.")
     idempotency_key = models.CharField(max_length=255, null=True, blank=True, unique=True)
+    # For @job(unique=...): the states (",queued,leased,") in which the key holds. Leaving
+    # them frees the key for a new job. Empty: the key holds for the job's lifetime.
+    unique_states = models.CharField(max_length=100, blank=True, default="")
+    # At most concurrency_limit jobs sharing concurrency_key are leased at once.
+    concurrency_key = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001
+    concurrency_limit = models.PositiveIntegerField(null=True, blank=True)
+    batch = models.ForeignKey(
+        Batch,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="jobs",
+        db_index=False,  # the partial index below holds only jobs that belong to a batch
+    )
     state = models.CharField(max_length=16, choices=State.choices, default=State.QUEUED)
     priority = models.SmallIntegerField(default=0, help_text="-100..100; higher runs first.")
     attempts = models.PositiveIntegerField(default=0)
@@ -101,6 +194,18 @@ class Job(models.Model):
                 name="durable_job_finished_idx",
                 condition=Q(state__in=sorted(FINAL)),
             ),
+            # Counting the leased holders of a concurrency key, inside the claim.
+            models.Index(
+                fields=["concurrency_key"],
+                name="durable_job_key_idx",
+                condition=Q(state=State.LEASED),
+            ),
+            # A batch's progress and completion check.
+            models.Index(
+                fields=["batch", "state"],
+                name="durable_job_batch_idx",
+                condition=Q(batch__isnull=False),
+            ),
             # The admin's common filters.
             models.Index(fields=["state", "queue"], name="durable_job_state_queue_idx"),
             models.Index(fields=["name", "state"], name="durable_job_name_idx"),
@@ -123,6 +228,12 @@ class Job(models.Model):
     @property
     def is_final(self) -> bool:
         return self.state in FINAL
+
+    @property
+    def batch_info(self) -> dict[str, Any]:
+        """Set on a batch's callback job: the batch id, name, total and final counts."""
+        info = (self.meta or {}).get("batch")
+        return info if isinstance(info, dict) else {}
 
     @property
     def schedule_info(self) -> dict[str, Any]:

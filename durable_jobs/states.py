@@ -65,7 +65,24 @@ def transition(jobs: QuerySet[Job], target: State, **changes: Any) -> int:
     from django.utils import timezone
 
     changes.setdefault("updated_at", timezone.now())
+    if target != State.QUEUED:
+        changes["idempotency_key"] = unique_key_after(target)
     return jobs.filter(state__in=ALLOWED_SOURCES[target]).update(state=target, **changes)
+
+
+def unique_key_after(target: State) -> Any:
+    """The idempotency key a job keeps on moving to ``target``: a unique job's key is freed
+    (set to NULL) when ``target`` is not one of the states it is unique in."""
+    from django.db.models import Case, F, Q, Value, When
+
+    return Case(
+        When(
+            Q(unique_states="") | Q(unique_states__contains=f",{target.value},"),
+            then=F("idempotency_key"),
+        ),
+        default=Value(None),
+        output_field=models.CharField(),
+    )
 
 
 def held(job_ids: Iterable[int], lease_token: Any, *, using: str | None = None) -> QuerySet[Job]:
@@ -79,9 +96,19 @@ def held(job_ids: Iterable[int], lease_token: Any, *, using: str | None = None) 
 
 
 def claim(
-    *, queue: str, limit: int, node_id: int | None, lease_seconds: float, using: str | None = None
+    *,
+    queue: str,
+    limit: int,
+    node_id: int | None,
+    lease_seconds: float,
+    limited: bool = False,
+    using: str | None = None,
 ) -> list[Job]:
-    """Lease up to ``limit`` available jobs of ``queue`` for ``node_id``, best first."""
+    """Lease up to ``limit`` available jobs of ``queue`` for ``node_id``, best first.
+
+    ``limited``: the queue has global limits (rate, concurrency), so the claim locks
+    and counts; see :meth:`durable_jobs.db.base.Backend.claim`.
+    """
     from durable_jobs.db import backend_for
 
     if limit <= 0:
@@ -93,4 +120,5 @@ def claim(
         lease_seconds=lease_seconds,
         sources=sorted(CLAIMABLE),
         target=State.LEASED,
+        limited=limited,
     )

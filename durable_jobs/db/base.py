@@ -3,18 +3,54 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import uuid
 from collections.abc import Iterator, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from django.db import connections, transaction
+from django.db import connections, models, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.utils import timezone
 
 if TYPE_CHECKING:
-    from durable_jobs.models import Job
+    from durable_jobs.models import Job, Queue
+
+
+@dataclasses.dataclass
+class Claim:
+    """One claim request: what to lease, for whom, and for how long."""
+
+    queue: str
+    limit: int
+    node_id: int | None
+    lease_seconds: float
+    sources: tuple[str, ...]
+    target: str
+
+
+#: The columns a claim sets, shared by every vendor's SQL. A unique job's key is freed
+#: here when "leased" is not one of the states it is unique in.
+LEASE_SET = """
+    state = %(target)s,
+    attempts = {alias}attempts + 1,
+    attempted_at = %(now)s,
+    updated_at = %(now)s,
+    lease_expires_at = %(lease_expires_at)s,
+    lease_token = %(lease_token)s,
+    leased_by_id = %(node_id)s,
+    idempotency_key = CASE WHEN {alias}unique_states = '' OR {alias}unique_states LIKE {target_like}
+        THEN {alias}idempotency_key ELSE NULL END
+"""
+
+#: Keyed jobs whose key already has ``concurrency_limit`` leased holders are not picked.
+KEY_FILTER = """
+    AND (job.concurrency_key IS NULL OR (
+        SELECT count(*) FROM {table} AS holder
+        WHERE holder.concurrency_key = job.concurrency_key AND holder.state IN ({leased})
+    ) < job.concurrency_limit)
+"""
 
 
 @functools.cache
@@ -61,16 +97,51 @@ class Backend:
             row = cursor.fetchone()
         return None if row is None else int(row[0])
 
-    def _insert_sql(self, columns: Sequence[str], *, notify: bool) -> str:
+    def _insert_sql(self, columns: Sequence[str], *, notify: bool, rows: int = 1) -> str:
         from durable_jobs.models import Job
 
         qn = self.connection.ops.quote_name
-        placeholders = ", ".join(["%s"] * len(columns))
+        placeholders = ", ".join([f"({', '.join(['%s'] * len(columns))})"] * rows)
         return (
             f"INSERT INTO {qn(Job._meta.db_table)} ({', '.join(qn(c) for c in columns)}) "
-            f"VALUES ({placeholders}) ON CONFLICT ({qn('idempotency_key')}) DO NOTHING "
-            f"RETURNING {qn('id')}"
+            f"VALUES {placeholders} ON CONFLICT ({qn('idempotency_key')}) DO NOTHING "
+            f"RETURNING {qn('id')}, {qn('idempotency_key')}"
         )
+
+    def insert_jobs(self, jobs: Sequence[Job]) -> list[int | None]:
+        """Insert ``jobs`` with multi-row INSERTs; each one's new id, or None where its
+        idempotency key was taken (by an existing job, or by an earlier one in the list).
+
+        The returned rows come back in VALUES order (Django's bulk_create relies on the
+        same), minus the skipped ones; matching them by key puts each id in its place.
+        """
+        if not jobs:
+            return []
+        columns = [field.column for field in _insert_fields()]
+        per_statement = max(1, min(500, self.max_params() // len(columns)))
+        ids: list[int | None] = []
+        with self.connection.cursor() as cursor:
+            for start in range(0, len(jobs), per_statement):
+                chunk = jobs[start : start + per_statement]
+                params: list[Any] = []
+                for job in chunk:
+                    params += self._insert_values(job)[1]
+                cursor.execute(self._insert_sql(columns, notify=False, rows=len(chunk)), params)
+                returned = cursor.fetchall()
+                position = 0
+                for job in chunk:
+                    if position < len(returned) and returned[position][1] == job.idempotency_key:
+                        ids.append(int(returned[position][0]))
+                        position += 1
+                    else:
+                        ids.append(None)
+        return ids
+
+    def max_params(self) -> int:
+        return self.connection.features.max_query_params or 999
+
+    def notify(self, queues: Sequence[str]) -> None:
+        """Wake workers of ``queues`` when the current transaction commits (where supported)."""
 
     def _insert_values(self, job: Job) -> tuple[list[str], list[Any]]:
         connection = self.connection  # looked up once: it is a thread-local access
@@ -95,8 +166,102 @@ class Backend:
         lease_seconds: float,
         sources: Sequence[str],
         target: str,
+        limited: bool = False,
     ) -> list[Job]:
+        """Lease up to ``limit`` jobs of ``queue``, best first, honouring concurrency keys.
+
+        Unlimited queues take the fast path: one guarded claim that leases nothing if
+        the queue is paused or has limits (a worker with stale knowledge of the queue
+        then claims nothing until its next heartbeat tells it so). ``limited`` queues
+        lock their ``Queue`` row, count, and claim inside one transaction.
+        """
+        claim = Claim(queue, limit, node_id, lease_seconds, tuple(sources), target)
+        if not limited:
+            with self.write_transaction():
+                return self.claim_rows(claim, guarded=True)
+        with self.write_transaction():
+            control = self.lock_queue(queue)
+            if control is not None:
+                if control.paused:
+                    return []
+                claim.limit = min(claim.limit, self.allowance(control))
+                if claim.limit <= 0:
+                    return []
+            jobs = self.claim_rows(claim, guarded=False)
+            if control is not None and control.rate_limit and jobs:
+                self.record_starts(control, len(jobs))
+            return jobs
+
+    def claim_rows(self, claim: Claim, *, guarded: bool) -> list[Job]:
         raise NotImplementedError
+
+    def lock_queue(self, name: str) -> Queue | None:
+        """The queue's row, locked until the transaction ends (SQLite: the write lock is)."""
+        from durable_jobs.models import Queue
+
+        return Queue.objects.using(self.alias).select_for_update().filter(name=name).first()
+
+    def allowance(self, control: Queue) -> int:
+        """How many jobs the queue's global limits let start now (its row is locked)."""
+        from durable_jobs.flow import rates
+        from durable_jobs.models import Job
+        from durable_jobs.states import State
+
+        allowed = 1 << 30
+        if control.global_concurrency is not None:
+            leased = (
+                Job.objects.using(self.alias).filter(queue=control.name, state=State.LEASED).count()
+            )
+            allowed = min(allowed, control.global_concurrency - leased)
+        if control.rate_limit and control.rate_period:
+            allowed = min(
+                allowed,
+                rates.remaining(
+                    control.rate_window,
+                    timezone.now().timestamp(),
+                    control.rate_limit,
+                    control.rate_period,
+                ),
+            )
+        return allowed
+
+    def record_starts(self, control: Queue, started: int) -> None:
+        from durable_jobs.flow import rates
+        from durable_jobs.models import Queue
+
+        now = timezone.now()
+        assert control.rate_period is not None
+        log = rates.window_entries(control.rate_window, now.timestamp(), control.rate_period)
+        log.append([now.timestamp(), started])
+        Queue.objects.using(self.alias).filter(name=control.name).update(rate_window=log)
+
+    def lock_keys(self, keys: Sequence[str]) -> None:
+        """Serialise claimers of the same concurrency keys until the transaction ends."""
+
+    def choose_keyed(self, candidates: Sequence[tuple[int, str, int]]) -> list[int]:
+        """Of ``(id, key, limit)`` candidates in claim order, those whose key has a free slot.
+
+        Called inside the claim transaction; the keys are locked first, so the leased
+        count each claimer sees includes every other claimer's committed leases.
+        """
+        from durable_jobs.models import Job
+        from durable_jobs.states import State
+
+        keys = sorted({key for _, key, _ in candidates})
+        self.lock_keys(keys)
+        holders = dict(
+            Job.objects.using(self.alias)
+            .filter(state=State.LEASED, concurrency_key__in=keys)
+            .values_list("concurrency_key")
+            .annotate(n=models.Count("id"))
+            .values_list("concurrency_key", "n")
+        )
+        chosen = []
+        for pk, key, limit in candidates:
+            if holders.get(key, 0) < (limit or 1):
+                holders[key] = holders.get(key, 0) + 1
+                chosen.append(pk)
+        return chosen
 
     @staticmethod
     def state_list(states: Sequence[str]) -> str:
@@ -106,19 +271,45 @@ class Backend:
 
         return ", ".join(f"'{State(s).value}'" for s in states)
 
-    def claim_params(self, lease_seconds: float) -> dict[str, Any]:
-        """Values the claim writes, adapted for this database (the application clock)."""
+    def claim_params(self, claim: Claim) -> dict[str, Any]:
+        """Values the claim binds, adapted for this database (the application clock)."""
         from durable_jobs.models import Job
 
         now = timezone.now()
         meta = Job._meta
         prep = self.connection
         return {
+            "queue": claim.queue,
+            "limit": claim.limit,
+            "target": claim.target,
+            "node_id": claim.node_id,
             "now": meta.get_field("available_at").get_db_prep_value(now, prep),
             "lease_expires_at": meta.get_field("lease_expires_at").get_db_prep_value(
-                now + timedelta(seconds=lease_seconds), prep
+                now + timedelta(seconds=claim.lease_seconds), prep
             ),
             "lease_token": meta.get_field("lease_token").get_db_prep_value(uuid.uuid4(), prep),
+        }
+
+    def claim_sql_parts(self, claim: Claim, *, guarded: bool) -> dict[str, str]:
+        """The pieces every vendor's claim SQL shares."""
+        from durable_jobs.models import Job, Queue
+
+        qn = self.connection.ops.quote_name
+        table = qn(Job._meta.db_table)
+        guard = ""
+        if guarded:
+            # A paused or limited queue is claimed only through the locked path.
+            guard = (
+                f"AND NOT EXISTS (SELECT 1 FROM {qn(Queue._meta.db_table)} AS control "
+                "WHERE control.name = %(queue)s AND (control.paused "
+                "OR control.global_concurrency IS NOT NULL OR control.rate_limit IS NOT NULL))"
+            )
+        return {
+            "table": table,
+            "sources": self.state_list(claim.sources),
+            "guard": guard,
+            "leased": self.state_list([claim.target]),
+            "target_like": f"'%%,{claim.target},%%'",
         }
 
     # -- wake-ups ---------------------------------------------------------------------------

@@ -9,12 +9,13 @@ another connection got there first.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
+from django.utils import timezone
 
-from durable_jobs.db.base import Backend
+from durable_jobs.db.base import KEY_FILTER, LEASE_SET, Backend, Claim
 
 if TYPE_CHECKING:
     from durable_jobs.models import Job
@@ -22,23 +23,19 @@ if TYPE_CHECKING:
 # Inside the IMMEDIATE transaction no other connection can write, so selecting the
 # ids and then leasing them cannot race.
 PICK_SQL = """
-SELECT id FROM {table}
+SELECT id, concurrency_key, concurrency_limit FROM {table} AS job
 WHERE queue = %(queue)s
   AND state IN ({sources})
   AND available_at <= %(now)s
+  {guard}
+  {key_filter}
 ORDER BY priority DESC, available_at, id
 LIMIT %(limit)s
 """
 
 LEASE_SQL = """
 UPDATE {table}
-SET state = %(target)s,
-    attempts = attempts + 1,
-    attempted_at = %(now)s,
-    updated_at = %(now)s,
-    lease_expires_at = %(lease_expires_at)s,
-    lease_token = %(lease_token)s,
-    leased_by_id = %(node_id)s
+SET {lease_set}
 WHERE id IN ({ids})
 RETURNING *
 """
@@ -69,43 +66,47 @@ class SQLiteBackend(Backend):
         finally:
             connection.transaction_mode = previous
 
-    def claim(
-        self,
-        *,
-        queue: str,
-        limit: int,
-        node_id: int | None,
-        lease_seconds: float,
-        sources: Sequence[str],
-        target: str,
-    ) -> list[Job]:
-        from durable_jobs.models import Job
-
-        table = self.connection.ops.quote_name(Job._meta.db_table)
-        params: dict[str, Any] = {
-            "queue": queue,
-            "limit": limit,
-            "target": target,
-            "node_id": node_id,
-            **self.claim_params(lease_seconds),
-        }
-        pick = PICK_SQL.format(table=table, sources=self.state_list(sources))
+    def claim(self, **kwargs: Any) -> list[Job]:
         if not self.connection.in_atomic_block:
             # A plain read first: an idle poll must not take the single write lock,
             # which would block every enqueue in the meantime.
-            with self.connection.cursor() as cursor:
-                cursor.execute(pick, {**params, "limit": 1})
-                if cursor.fetchone() is None:
-                    return []
-        with self.write_transaction():
-            with self.connection.cursor() as cursor:
-                cursor.execute(pick, params)
-                ids = [row[0] for row in cursor.fetchall()]
-            if not ids:
+            from durable_jobs.models import Job
+
+            exists = (
+                Job.objects.using(self.alias)
+                .filter(
+                    queue=kwargs["queue"],
+                    state__in=kwargs["sources"],
+                    available_at__lte=timezone.now(),
+                )
+                .exists()
+            )
+            if not exists:
                 return []
-            id_params = {f"id{i}": pk for i, pk in enumerate(ids)}
-            lease_sql = LEASE_SQL.format(table=table, ids=", ".join(f"%({k})s" for k in id_params))
-            return list(Job.objects.using(self.alias).raw(lease_sql, {**params, **id_params}))
+        return super().claim(**kwargs)
+
+    def claim_rows(self, claim: Claim, *, guarded: bool) -> list[Job]:
+        from durable_jobs.models import Job
+
+        parts = self.claim_sql_parts(claim, guarded=guarded)
+        params = self.claim_params(claim)
+        pick = PICK_SQL.format(**parts, key_filter=KEY_FILTER.format(**parts))
+        with self.connection.cursor() as cursor:
+            cursor.execute(pick, params)
+            rows = cursor.fetchall()
+        ids = [pk for pk, key, _ in rows if not key]
+        keyed = [(pk, key, limit or 1) for pk, key, limit in rows if key]
+        if keyed:
+            ids += self.choose_keyed(keyed)
+        if not ids:
+            return []
+        id_params = {f"id{i}": pk for i, pk in enumerate(ids)}
+        lease_sql = LEASE_SQL.format(
+            table=parts["table"],
+            lease_set=LEASE_SET.format(alias="", target_like=parts["target_like"]),
+            ids=", ".join(f"%({k})s" for k in id_params),
+        )
+        return list(Job.objects.using(self.alias).raw(lease_sql, {**params, **id_params}))
 
 
 def configure_connection(sender: Any, connection: Any, **kwargs: Any) -> None:

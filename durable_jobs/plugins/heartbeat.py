@@ -1,4 +1,6 @@
-"""Tells the cluster this node is alive and renews the leases of the jobs it runs."""
+"""Tells the cluster this node is alive, renews the leases of the jobs it runs, and
+learns which of its queues have global limits (so changes reach every node within
+one heartbeat)."""
 
 from __future__ import annotations
 
@@ -33,6 +35,7 @@ class Heartbeat(Plugin):
             # Pruned while we were unreachable for a long time: come back under a new row.
             worker.reregister_node()
             return
+        worker.refresh_queue_limits()
         tokens = worker.running_leases()
         if tokens:
             expires = now + timedelta(seconds=worker.lease_seconds)

@@ -45,6 +45,8 @@ def prune(*, days: float | None = None, using: str | None = None) -> int:
             ids = list(
                 Job.objects.using(using)
                 .filter(state__in=sorted(FINAL), finished_at__lt=cutoff)
+                # A batch still open needs its finished jobs to count them.
+                .exclude(batch__isnull=False, batch__finished_at__isnull=True)
                 .values_list("pk", flat=True)[:BATCH]
             )
             if not ids:

@@ -32,6 +32,7 @@ from durable_jobs.conf import get_settings
 from durable_jobs.db import backend_for
 from durable_jobs.db.upkeep import refresh_thread_connections
 from durable_jobs.exceptions import ImproperlyConfiguredQueue, JobTimeout
+from durable_jobs.flow import queues as flow_queues
 from durable_jobs.logging import log_event
 from durable_jobs.models import Job, Node, Outcome
 from durable_jobs.plugins import Heartbeat, Plugin, default_plugins
@@ -71,7 +72,18 @@ def parse_queues(
     A queue without ``:N`` takes ``default_concurrency``, else its configured
     concurrency, else 10. Without a spec, every queue in ``DURABLE_JOBS["QUEUES"]``.
     """
+    return parse_queue_spec(spec, default_concurrency)[0]
+
+
+def parse_queue_spec(
+    spec: str | Sequence[str] | None, default_concurrency: int | None = None
+) -> tuple[dict[str, int], dict[str, str]]:
+    """:func:`parse_queues`, plus the global rates given as a third part:
+    ``"webhooks:3:30/1m"`` -> ``({"webhooks": 3}, {"webhooks": "30/1m"})``."""
+    from durable_jobs.flow.rates import InvalidRate, parse_rate
+
     configured = get_settings().queues
+    rates: dict[str, str] = {}
     parts: list[str]
     if spec is None or spec == "" or spec == []:
         parts = list(configured)
@@ -81,8 +93,15 @@ def parse_queues(
         parts = list(spec)
     queues: dict[str, int] = {}
     for part in parts:
-        name, _, limit = part.partition(":")
+        name, _, rest = part.partition(":")
+        limit, _, rate = rest.partition(":")
         name = name.strip()
+        if rate:
+            try:
+                parse_rate(rate)
+            except InvalidRate as exc:
+                raise ImproperlyConfiguredQueue(f"Queue {name!r}: {exc}") from None
+            rates[name] = rate.strip()
         if not name:
             raise ImproperlyConfiguredQueue(
                 f"Empty queue name in {spec!r}; use name[:concurrency],..."
@@ -105,7 +124,7 @@ def parse_queues(
         queues[name] = concurrency
     if not queues:
         raise ImproperlyConfiguredQueue("No queues to serve; pass --queues name[:concurrency],...")
-    return queues
+    return queues, rates
 
 
 class Worker:
@@ -129,11 +148,17 @@ class Worker:
         scheduler: bool = True,
         using: str | None = None,
         name: str | None = None,
+        rates: Mapping[str, str] | None = None,
     ) -> None:
         settings = get_settings()
+        spec_rates: dict[str, str] = {}
         if queues is None or isinstance(queues, str):
-            queues = parse_queues(queues, concurrency)
+            queues, spec_rates = parse_queue_spec(queues, concurrency)
         self.queues: dict[str, int] = dict(queues)
+        #: Global rates given on the command line (``--queues name:N:rate``).
+        self.rates: dict[str, str] = {**spec_rates, **(rates or {})}
+        #: Queues whose claims lock and count; refreshed by every heartbeat.
+        self.limited_queues: set[str] = set()
         self.burst = burst
         self.max_jobs = max_jobs
         self.lease_seconds = float(
@@ -221,6 +246,9 @@ class Worker:
     def reregister_node(self) -> None:
         self.node = register_node(self.queues, using=self.alias)
 
+    def refresh_queue_limits(self) -> None:
+        self.limited_queues = flow_queues.limited(self.queues, using=self.alias)
+
     # -- the loop ---------------------------------------------------------------------------
 
     def _run_in_thread(self) -> None:
@@ -240,6 +268,8 @@ class Worker:
             using=self.alias,
             stale_after=self.lease_seconds,
         )
+        flow_queues.sync_for_worker(self.queues, self.rates, using=self.alias)
+        self.refresh_queue_limits()
         self._pool = ThreadPool(
             sum(self.queues.values()), work=self._work, report=self._report, name=self.node.name
         )
@@ -302,6 +332,7 @@ class Worker:
                 limit=free,
                 node_id=self.node.pk,
                 lease_seconds=self.lease_seconds,
+                limited=queue_name in self.limited_queues,
                 using=self.alias,
             )
             jobs.sort(key=lambda j: (-j.priority, j.available_at, j.pk))

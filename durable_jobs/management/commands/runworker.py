@@ -10,8 +10,9 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import OperationalError, ProgrammingError
 
 from durable_jobs.exceptions import ImproperlyConfiguredQueue
-from durable_jobs.worker import Worker, parse_queues
+from durable_jobs.worker import Worker
 from durable_jobs.worker.node import NodeNameTaken
+from durable_jobs.worker.worker import parse_queue_spec
 
 
 def positive_float(value: str) -> float:
@@ -38,8 +39,9 @@ class Command(BaseCommand):
         parser.add_argument(
             "--queues",
             default=None,
-            help="Queues to serve as name[:concurrency],... (default: every queue in "
-            'DURABLE_JOBS["QUEUES"]). Example: default,emails:5',
+            help="Queues to serve as name[:concurrency[:rate]],... (default: every queue in "
+            'DURABLE_JOBS["QUEUES"]). Example: default,emails:5,webhooks:3:30/1m (the rate '
+            "is global: at most 30 starts per sliding minute across every node)",
         )
         parser.add_argument(
             "--concurrency",
@@ -79,7 +81,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:
-            queues = parse_queues(options["queues"], options["concurrency"])
+            queues, rates = parse_queue_spec(options["queues"], options["concurrency"])
         except ImproperlyConfiguredQueue as exc:
             raise CommandError(str(exc)) from None
         if options["shutdown_grace"] is not None and options["shutdown_grace"] < 0:
@@ -94,6 +96,7 @@ class Command(BaseCommand):
             poll_interval=options["poll_interval"],
             name=options["name"],
             scheduler=not options["no_scheduler"],
+            rates=rates,
         )
         worker.install_signal_handlers()
         try:

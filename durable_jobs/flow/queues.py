@@ -1,0 +1,161 @@
+"""Queue controls: pause and resume (one queue or all), and cluster-wide limits.
+
+A queue's shared state lives in its :class:`~durable_jobs.models.Queue` row. Claims
+read it inside their transaction, so a pause stops new starts on every node at once
+and running jobs finish undisturbed. Limits declared in ``DURABLE_JOBS["QUEUES"]``
+(or ``runworker --queues name:N:rate``) are written to the row when a worker starts;
+queues not declared there keep whatever limits were set through this API or the admin.
+
+::
+
+    from durable_jobs.flow import queues
+    queues.pause("webhooks")
+    queues.set_limits("webhooks", rate="30/1m", global_concurrency=5)
+    queues.resume_all()
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Iterable, Mapping
+from datetime import timedelta
+
+from django.utils import timezone
+
+from durable_jobs.conf import get_settings
+from durable_jobs.db import backend_for
+from durable_jobs.flow.rates import parse_rate
+from durable_jobs.models import Job, Node, Queue
+from durable_jobs.states import CLAIMABLE
+
+#: ``set_limits`` leaves a limit alone when given this.
+UNCHANGED = object()
+
+
+def ensure(names: Iterable[str], *, using: str | None = None) -> None:
+    """Create missing rows (running, unlimited) for ``names``."""
+    now = timezone.now()
+    Queue.objects.using(using).bulk_create(
+        [Queue(name=name, created_at=now, updated_at=now) for name in sorted(set(names))],
+        ignore_conflicts=True,
+    )
+
+
+def sync_for_worker(
+    served: Iterable[str], rates: Mapping[str, str] | None = None, *, using: str | None = None
+) -> None:
+    """At worker start: rows for the served queues, limits from settings and ``--queues``."""
+    served = list(served)
+    declared = get_settings().queues
+    ensure([*served, *declared], using=using)
+    for name in served:
+        options = declared.get(name)
+        rate = (rates or {}).get(name)
+        if options is None and rate is None:
+            continue  # not declared: limits are managed in the admin or by set_limits()
+        set_limits(
+            name,
+            rate=rate if rate is not None else (options.rate if options else None),
+            global_concurrency=options.global_concurrency if options else None,
+            using=using,
+        )
+
+
+def set_limits(
+    name: str,
+    *,
+    rate: str | object | None = UNCHANGED,
+    global_concurrency: int | object | None = UNCHANGED,
+    using: str | None = None,
+) -> Queue:
+    """Set (or with None, remove) a queue's rate limit (``"30/1m"``) or global concurrency."""
+    ensure([name], using=using)
+    changes: dict[str, object] = {"updated_at": timezone.now()}
+    if rate is not UNCHANGED:
+        limit, period = parse_rate(str(rate)) if rate else (None, None)
+        changes.update(rate_limit=limit, rate_period=period)
+    if global_concurrency is not UNCHANGED:
+        if global_concurrency is not None and (
+            isinstance(global_concurrency, bool)
+            or not isinstance(global_concurrency, int)
+            or global_concurrency < 1
+        ):
+            raise ValueError(
+                f"Queue {name!r}: global_concurrency must be an integer >= 1, or None for no limit"
+            )
+        changes["global_concurrency"] = global_concurrency
+    Queue.objects.using(using).filter(name=name).update(**changes)
+    return Queue.objects.using(using).get(name=name)
+
+
+def pause(name: str, *, using: str | None = None) -> bool:
+    """Stop new starts from ``name`` on every node; True if it was running."""
+    return _set_paused([name], True, using=using) == 1
+
+
+def resume(name: str, *, using: str | None = None) -> bool:
+    """Let ``name`` start jobs again; True if it was paused."""
+    return _set_paused([name], False, using=using) == 1
+
+
+def pause_all(*, using: str | None = None) -> list[str]:
+    """Pause every known queue (see :func:`known`); return those that were running."""
+    names = known(using=using)
+    return _changed(names, paused=True, using=using)
+
+
+def resume_all(*, using: str | None = None) -> list[str]:
+    names = list(Queue.objects.using(using).filter(paused=True).values_list("name", flat=True))
+    return _changed(names, paused=False, using=using)
+
+
+def known(*, using: str | None = None) -> list[str]:
+    """Every queue anything knows of: rows, settings, live nodes, and waiting jobs."""
+    names = set(Queue.objects.using(using).values_list("name", flat=True))
+    names.update(get_settings().queues)
+    for served in Node.objects.using(using).values_list("queues", flat=True):
+        if isinstance(served, dict):
+            names.update(served)
+    # Read through the partial claim index: only waiting jobs, however large the table.
+    names.update(
+        Job.objects.using(using)
+        .filter(state__in=sorted(CLAIMABLE))
+        .order_by()
+        .values_list("queue", flat=True)
+        .distinct()
+    )
+    return sorted(names)
+
+
+def limited(names: Iterable[str], *, using: str | None = None) -> set[str]:
+    """Those of ``names`` whose claims must lock and count (rate or global concurrency)."""
+    rows = Queue.objects.using(using).filter(name__in=list(names))
+    return {q.name for q in rows if q.is_limited}
+
+
+def live_nodes_serving(
+    name: str, *, using: str | None = None, now: datetime.datetime | None = None
+) -> list[Node]:
+    """Nodes that serve ``name`` and sent a heartbeat within the lease period."""
+    now = now or timezone.now()
+    fresh = now - timedelta(seconds=get_settings().lease_seconds)
+    return [
+        node
+        for node in Node.objects.using(using).filter(last_heartbeat_at__gte=fresh, stopping=False)
+        if isinstance(node.queues, dict) and name in node.queues
+    ]
+
+
+def _set_paused(names: list[str], paused: bool, *, using: str | None) -> int:
+    return len(_changed(names, paused=paused, using=using))
+
+
+def _changed(names: list[str], *, paused: bool, using: str | None) -> list[str]:
+    backend = backend_for(using)
+    now = timezone.now()
+    with backend.write_transaction():
+        ensure(names, using=backend.alias)
+        rows = Queue.objects.using(backend.alias).filter(name__in=names, paused=not paused)
+        changed = sorted(rows.values_list("name", flat=True))
+        rows.update(paused=paused, paused_at=now if paused else None, updated_at=now)
+    return changed
