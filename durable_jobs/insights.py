@@ -13,9 +13,9 @@ from django.db.models import Count, Max, Min, Q, QuerySet
 from django.utils import timezone
 
 from durable_jobs.conf import get_settings
-from durable_jobs.models import Attempt, Job, Node, Outcome
+from durable_jobs.models import Attempt, Batch, Job, Node, Outcome, Queue
 from durable_jobs.redaction import redact
-from durable_jobs.states import State
+from durable_jobs.states import FINAL, State
 
 
 def iso(value: datetime.datetime | None) -> str | None:
@@ -41,6 +41,9 @@ def job_to_dict(job: Job, *, attempts: bool = False) -> dict[str, Any]:
         "lease_expires_at": iso(job.lease_expires_at),
         "node": job.leased_by.name if job.leased_by_id and job.leased_by else None,
         "progress": job.progress,
+        "batch_id": job.batch_id,
+        "concurrency_key": job.concurrency_key,
+        "unique_in": [state for state in job.unique_states.split(",") if state],
         "result": job.result,
         "last_error": job.last_error,
         "meta": job.meta,
@@ -91,6 +94,57 @@ def stats() -> dict[str, Any]:
     return {"queues": dict(sorted(queues.items())), "nodes": nodes}
 
 
+def queues() -> list[dict[str, Any]]:
+    """Every known queue: paused or not, its limits, waiting and leased counts, live nodes."""
+    from durable_jobs.flow.queues import known, live_nodes_serving
+
+    rows = {q.name: q for q in Queue.objects.all()}
+    counts: dict[str, dict[str, int]] = {}
+    for row in (
+        Job.objects.filter(state__in=[State.QUEUED, State.RETRYING, State.LEASED])
+        .values("queue", "state")
+        .annotate(n=Count("pk"))
+        .order_by()
+    ):
+        entry = counts.setdefault(row["queue"], {"waiting": 0, "leased": 0})
+        entry["leased" if row["state"] == State.LEASED else "waiting"] += row["n"]
+    out = []
+    for name in known():
+        control = rows.get(name)
+        out.append(
+            {
+                "name": name,
+                "paused": bool(control and control.paused),
+                "paused_at": iso(control.paused_at) if control else None,
+                "rate": control.rate if control else "",
+                "global_concurrency": control.global_concurrency if control else None,
+                **counts.get(name, {"waiting": 0, "leased": 0}),
+                "live_nodes": len(live_nodes_serving(name)),
+            }
+        )
+    return out
+
+
+def batch_to_dict(batch: Batch) -> dict[str, Any]:
+    """A batch's progress: jobs per state while open, final counts once finished."""
+    from durable_jobs.flow.batches import progress
+
+    per_state = batch.counts if batch.is_finished else progress(batch)
+    done = sum(n for state, n in per_state.items() if state in FINAL)
+    return {
+        "id": batch.pk,
+        "name": batch.name,
+        "status": "finished" if batch.is_finished else "open",
+        "total": batch.total,
+        "done": done,
+        "counts": dict(sorted(per_state.items())),
+        "callback": batch.callback_name or None,
+        "callback_job_id": batch.callback_job_id,
+        "created_at": iso(batch.created_at),
+        "finished_at": iso(batch.finished_at),
+    }
+
+
 def error_groups(since: datetime.datetime, limit: int = 20) -> list[dict[str, Any]]:
     """Failed attempts since ``since``, grouped by error class and message, newest first.
 
@@ -122,8 +176,11 @@ def filtered(
     queue: str | None = None,
     name: str | None = None,
     since: datetime.datetime | None = None,
+    batch: int | None = None,
 ) -> QuerySet[Job]:
     jobs = Job.objects.all()
+    if batch:
+        jobs = jobs.filter(batch_id=batch)
     if state:
         jobs = jobs.filter(state__in=state)
     if queue:

@@ -70,7 +70,11 @@ TEMPLATES = [
 ]
 
 DURABLE_JOBS = {
-    "QUEUES": {"default": {"concurrency": 4}, "emails": {"concurrency": 2}},
+    "QUEUES": {
+        "default": {"concurrency": 4},
+        "emails": {"concurrency": 2},
+        "webhooks": {"concurrency": 3},
+    },
     "LEASE_SECONDS": 30,
     "HEARTBEAT_SECONDS": 5,
     "POLL_INTERVAL": 0.2,

@@ -57,3 +57,16 @@ def report(admin: Any, request: Any, verb: str, changed: int, skipped: int, why:
     if skipped:
         message += f"; {skipped} skipped ({why})"
     admin.message_user(request, message + ".")
+
+
+def progress_bar(percent: float | None) -> str:
+    if percent is None:
+        return "-"
+    percent = max(0.0, min(100.0, float(percent)))
+    return format_html(
+        '<span style="display:inline-block;width:120px;background:#ddd;border-radius:4px">'
+        '<span style="display:block;width:{}%;background:#417690;height:10px;'
+        'border-radius:4px"></span></span> {}%',
+        f"{percent:.0f}",
+        f"{percent:.0f}",
+    )

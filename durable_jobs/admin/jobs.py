@@ -7,11 +7,13 @@ from typing import Any
 from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest
+from django.utils.html import format_html, format_html_join
 
 from durable_jobs import actions
-from durable_jobs.admin.display import age, badge, pretty_json, report
+from durable_jobs.admin.display import age, badge, pretty_json, progress_bar, report
+from durable_jobs.flow.why import explain
 from durable_jobs.models import Attempt, Job
-from durable_jobs.states import FINAL
+from durable_jobs.states import CLAIMABLE, FINAL
 
 ATTEMPT_FIELDS = (
     "number",
@@ -54,6 +56,7 @@ class JobAdmin(admin.ModelAdmin):
     list_filter = ["state", "queue", "name", "created_at"]
     search_fields = ["name", "=idempotency_key"]
     list_select_related = ["leased_by"]
+    raw_id_fields = ["batch"]
     # Counting a large table on every page is what makes dashboards slow.
     show_full_result_count = False
     list_per_page = 50
@@ -61,9 +64,14 @@ class JobAdmin(admin.ModelAdmin):
     actions = ["retry_now", "cancel", "discard"]
     fieldsets = [
         (None, {"fields": ["id", "name", "queue", "state", "priority", "idempotency_key"]}),
+        ("Why isn't it running?", {"fields": ["why_waiting"]}),
         (
             "Payload and result",
-            {"fields": ["payload_json", "result_json", "progress", "last_error"]},
+            {"fields": ["payload_json", "result_json", "progress_bar", "last_error"]},
+        ),
+        (
+            "Flow control",
+            {"fields": ["batch", "concurrency_key", "concurrency_limit", "unique_in"]},
         ),
         (
             "Timing and lease",
@@ -85,6 +93,13 @@ class JobAdmin(admin.ModelAdmin):
         ),
         ("Meta", {"fields": ["meta_json"]}),
     ]
+
+    def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
+        fieldsets = self.fieldsets or []
+        if obj is None or obj.state not in CLAIMABLE:
+            # Only a waiting job has reasons to explain.
+            fieldsets = [f for f in fieldsets if f[1]["fields"] != ["why_waiting"]]
+        return fieldsets
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
         # Jobs are never edited by hand: state changes go through the actions below.
@@ -116,6 +131,21 @@ class JobAdmin(admin.ModelAdmin):
     @admin.display(description="age", ordering="created_at")
     def age(self, job: Job) -> str:
         return age(job.created_at)
+
+    @admin.display(description="reasons")
+    def why_waiting(self, job: Job) -> str:
+        return format_html(
+            "<ul style='margin:0'>{}</ul>",
+            format_html_join("", "<li>{}</li>", ((r.message,) for r in explain(job))),
+        )
+
+    @admin.display(description="progress")
+    def progress_bar(self, job: Job) -> str:
+        return progress_bar(job.progress)
+
+    @admin.display(description="unique while")
+    def unique_in(self, job: Job) -> str:
+        return ", ".join(s for s in job.unique_states.split(",") if s) or "-"
 
     @admin.display(description="payload (secrets masked)")
     def payload_json(self, job: Job) -> str:

@@ -44,21 +44,19 @@ def ensure(names: Iterable[str], *, using: str | None = None) -> None:
 def sync_for_worker(
     served: Iterable[str], rates: Mapping[str, str] | None = None, *, using: str | None = None
 ) -> None:
-    """At worker start: rows for the served queues, limits from settings and ``--queues``."""
+    """At worker start: rows for the served queues, and the limits that settings and
+    ``--queues`` declare. A limit the settings do not mention is left as it is (set in
+    the admin or by :func:`set_limits`); ``"rate": None`` removes one."""
     served = list(served)
-    declared = get_settings().queues
+    declared = get_settings().raw["QUEUES"]
     ensure([*served, *declared], using=using)
     for name in served:
-        options = declared.get(name)
-        rate = (rates or {}).get(name)
-        if options is None and rate is None:
-            continue  # not declared: limits are managed in the admin or by set_limits()
-        set_limits(
-            name,
-            rate=rate if rate is not None else (options.rate if options else None),
-            global_concurrency=options.global_concurrency if options else None,
-            using=using,
-        )
+        options = dict(declared.get(name) or {})
+        if rates and name in rates:
+            options["rate"] = rates[name]
+        changes = {k: options[k] for k in ("rate", "global_concurrency") if k in options}
+        if changes:
+            set_limits(name, **changes, using=using)
 
 
 def set_limits(

@@ -44,7 +44,9 @@ def parse_rate(text: str) -> tuple[int, float]:
         raise InvalidRate(f"Invalid rate {text!r}: the period needs a unit, as in 30/1m")
     seconds = float(amount or 1) * _UNIT_SECONDS[(unit or "s").lower()]
     if int(count) < 1 or seconds <= 0:
-        raise InvalidRate(f"Invalid rate {text!r}: both the count and the period must be > 0")
+        raise InvalidRate(
+            f"Invalid rate {text!r}: the count and the period must both be > 0, as in 30/1m"
+        )
     return int(count), seconds
 
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from datetime import timedelta
 from pathlib import Path
 
-from durable_jobs import Cancel, Discard, JobContext, Snooze, job
+from durable_jobs import Cancel, Discard, JobContext, Snooze, Unique, job
 from tests.testapp.models import SideEffect
 
 
@@ -143,3 +144,67 @@ def nul_result(context: JobContext) -> str:
     """Returns and logs text PostgreSQL cannot store (a NUL character)."""
     context.logger.info("nul \x00 inside")
     return "a\x00b"
+
+
+# -- flow control ------------------------------------------------------------------------
+
+
+@job(name="tests.webhook", queue="webhooks", takes_context=True)
+def webhook(context: JobContext, n: int, seconds: float = 0.0) -> None:
+    """Runs on the rate-limited queue the flow tests configure; records its start."""
+    SideEffect.objects.create(job_id=context.job.pk, attempt=context.attempt, label=f"start:{n}")
+    time.sleep(seconds)
+
+
+@job(
+    name="tests.per_account",
+    takes_context=True,
+    concurrency_key=lambda account, **_: f"account:{account}",
+    concurrency_limit=1,
+)
+def per_account(context: JobContext, account: int, n: int = 0, seconds: float = 0.05) -> None:
+    time.sleep(seconds)
+
+
+@job(name="tests.global_lock", concurrency_key="global-lock", concurrency_limit=2)
+def global_lock(n: int = 0) -> None:
+    pass
+
+
+@job(name="tests.unique_sync", unique=Unique(fields=["account_id"]))
+def unique_sync(account_id: int, reason: str = "") -> None:
+    pass
+
+
+@job(
+    name="tests.unique_while_queued",
+    unique=Unique(states=["queued"]),
+)
+def unique_while_queued(account_id: int) -> None:
+    pass
+
+
+@job(name="tests.unique_per_minute", unique=Unique(period=timedelta(minutes=1)))
+def unique_per_minute(account_id: int) -> None:
+    pass
+
+
+@job(name="tests.batch_item", max_retries=0)
+def batch_item(n: int, fail: bool = False, seconds: float = 0.0) -> int:
+    time.sleep(seconds)
+    if fail:
+        raise ValueError(f"item {n} failed on purpose")
+    return n
+
+
+@job(name="tests.batch_done", takes_context=True)
+def batch_done(context: JobContext, label: str) -> dict:
+    batch = context.batch
+    assert batch is not None
+    return {"label": label, "id": batch.id, "total": batch.total, "counts": batch.counts}
+
+
+@job(name="tests.progress_loop", takes_context=True)
+def progress_loop(context: JobContext, steps: int = 1000) -> None:
+    for i in range(steps):
+        context.progress(100 * i / steps)

@@ -19,8 +19,10 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from durable_jobs import actions, insights
+from durable_jobs.flow import queues as flow_queues
+from durable_jobs.flow.why import explain
 from durable_jobs.management.output import emit_json, table
-from durable_jobs.models import Job
+from durable_jobs.models import Batch, Job
 from durable_jobs.plugins.pruner import prune
 from durable_jobs.states import State
 
@@ -50,7 +52,10 @@ def state_value(text: str) -> str:
 
 
 class Command(BaseCommand):
-    help = "Inspect durable jobs and retry, cancel, discard, delete or prune them."
+    help = (
+        "Inspect durable jobs, queues and batches; retry, cancel, discard, delete or prune "
+        "jobs; pause and resume queues."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         sub = parser.add_subparsers(dest="action", metavar="ACTION")
@@ -62,6 +67,7 @@ class Command(BaseCommand):
             p.add_argument(
                 "--since", type=since_value, help="Created since: 30m, 2h, 7d or an aware ISO time."
             )
+            p.add_argument("--batch", type=int, help="Jobs of this batch (an id).")
 
         stats = sub.add_parser("stats", help="Counts per queue and state, lag, nodes.")
         stats.add_argument("--json", action="store_true")
@@ -89,12 +95,28 @@ class Command(BaseCommand):
             write.add_argument("--yes", action="store_true", help="Do not ask for confirmation.")
         prune_parser = sub.add_parser("prune", help="Delete finished jobs older than N days.")
         prune_parser.add_argument("--days", type=float, default=None)
+        why = sub.add_parser("why", help="Why a waiting job has not started.")
+        why.add_argument("id", type=int)
+        why.add_argument("--json", action="store_true")
+        queues = sub.add_parser("queues", help="Queues: paused or not, limits, counts.")
+        queues.add_argument("--json", action="store_true")
+        for action, text in (
+            ("pause", "Stop new starts from a queue on every node; running jobs finish."),
+            ("resume", "Let a paused queue start jobs again."),
+        ):
+            control = sub.add_parser(action, help=text)
+            control.add_argument("queue", nargs="?")
+            control.add_argument("--all", action="store_true", help="Every known queue.")
+        batches = sub.add_parser("batches", help="Batches with their progress, newest first.")
+        batches.add_argument("--open", action="store_true", help="Only unfinished batches.")
+        batches.add_argument("--limit", type=int, default=50)
+        batches.add_argument("--json", action="store_true")
 
     def handle(self, *args: Any, **options: Any) -> None:
         action = options.get("action") or "list"
         if action == "list":
             options = {"state": None, "queue": None, "name": None, "since": None,
-                       "limit": 50, "json": False, **options}  # fmt: skip
+                       "batch": None, "limit": 50, "json": False, **options}  # fmt: skip
         try:
             getattr(self, f"do_{action}")(options)
         except (OperationalError, ProgrammingError) as exc:
@@ -160,7 +182,72 @@ class Command(BaseCommand):
                  str(g["example_job"])] for g in groups]  # fmt: skip
         table(self.stdout, ["COUNT", "LAST SEEN", "ERROR", "ROOT CAUSE", "EXAMPLE JOB"], rows)
 
+    def do_why(self, options: dict[str, Any]) -> None:
+        job = Job.objects.select_related("leased_by").filter(pk=options["id"]).first()
+        if job is None:
+            raise CommandError(f"No job with id {options['id']}.")
+        reasons = explain(job)
+        if options.get("json"):
+            data = {"id": job.pk, "state": job.state, "reasons": [r.as_dict() for r in reasons]}
+            return emit_json(self.stdout, data)
+        self.stdout.write(f"Job {job.pk} ({job.name}, queue {job.queue}, {job.state}):")
+        for reason in reasons:
+            self.stdout.write(f"- {reason.message}")
+
+    def do_queues(self, options: dict[str, Any]) -> None:
+        data = insights.queues()
+        if options.get("json"):
+            return emit_json(self.stdout, data)
+        rows = [[q["name"], "paused" if q["paused"] else "running", q["rate"] or "-",
+                 str(q["global_concurrency"] or "-"), str(q["waiting"]), str(q["leased"]),
+                 str(q["live_nodes"])] for q in data]  # fmt: skip
+        table(
+            self.stdout,
+            ["QUEUE", "STATUS", "RATE", "GLOBAL CONCURRENCY", "WAITING", "LEASED", "NODES"],
+            rows,
+        )
+
+    def do_batches(self, options: dict[str, Any]) -> None:
+        rows_qs = Batch.objects.order_by("-pk")
+        if options["open"]:
+            rows_qs = rows_qs.filter(finished_at__isnull=True)
+        data = [insights.batch_to_dict(b) for b in rows_qs[: max(options["limit"], 0)]]
+        if options.get("json"):
+            return emit_json(self.stdout, data)
+        rows = [[str(b["id"]), b["name"], f"{b['done']}/{b['total']}", b["status"],
+                 ", ".join(f"{k} {v}" for k, v in b["counts"].items()),
+                 str(b["callback_job_id"] or "-")] for b in data]  # fmt: skip
+        table(self.stdout, ["ID", "NAME", "DONE", "STATUS", "COUNTS", "CALLBACK JOB"], rows)
+
     # -- writes -----------------------------------------------------------------------------
+
+    def do_pause(self, options: dict[str, Any]) -> None:
+        self.control(options, "pause")
+
+    def do_resume(self, options: dict[str, Any]) -> None:
+        self.control(options, "resume")
+
+    def control(self, options: dict[str, Any], verb: str) -> None:
+        if options["all"] == bool(options["queue"]):
+            raise CommandError(f"Give one queue, or --all: `jobs {verb} webhooks`.")
+        if options["all"]:
+            names = flow_queues.pause_all() if verb == "pause" else flow_queues.resume_all()
+            done = "paused" if verb == "pause" else "resumed"
+            self.stdout.write(f"{done}: {', '.join(names) if names else 'nothing to change'}.")
+            return
+        name = options["queue"]
+        if verb == "pause":
+            changed = flow_queues.pause(name)
+            self.stdout.write(
+                f"Queue {name!r} paused: no new starts on any node; running jobs finish."
+                if changed
+                else f"Queue {name!r} was already paused."
+            )
+        else:
+            changed = flow_queues.resume(name)
+            self.stdout.write(
+                f"Queue {name!r} resumed." if changed else f"Queue {name!r} was not paused."
+            )
 
     def do_retry(self, options: dict[str, Any]) -> None:
         self.act(options, "retry", actions.retry_jobs, "running or already done")
@@ -194,13 +281,13 @@ class Command(BaseCommand):
         action: Callable[[QuerySet[Job]], tuple[int, int]],
         why: str,
     ) -> None:
-        has_filter = any(options.get(k) for k in ("state", "queue", "name", "since"))
+        has_filter = any(options.get(k) for k in ("state", "queue", "name", "since", "batch"))
         if options["all"] == bool(options["ids"]):
             raise CommandError(f"Give job ids, or --all with filters: `jobs {verb} 12 13`.")
         if options["all"] and not has_filter:
             raise CommandError(
-                f"`jobs {verb} --all` needs at least one filter (--state, --queue, --name or "
-                "--since), so that it cannot touch every job by accident."
+                f"`jobs {verb} --all` needs at least one filter (--state, --queue, --name, "
+                "--since or --batch), so that it cannot touch every job by accident."
             )
         jobs = (
             self.matching(options) if options["all"] else Job.objects.filter(pk__in=options["ids"])
@@ -228,4 +315,5 @@ class Command(BaseCommand):
             queue=options.get("queue"),
             name=options.get("name"),
             since=options.get("since"),
+            batch=options.get("batch"),
         )

@@ -1,0 +1,94 @@
+"""Queues: pause and resume (on every node at once), and their cluster-wide limits."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.contrib import admin
+from django.db.models import QuerySet
+from django.http import HttpRequest
+
+from durable_jobs.admin.display import badge
+from durable_jobs.flow import queues
+from durable_jobs.flow.rates import InvalidRate, format_rate, parse_rate
+from durable_jobs.models import Queue
+
+
+class QueueForm(forms.ModelForm):
+    rate = forms.CharField(
+        required=False,
+        help_text="At most N starts per sliding window across every node, as in 30/1m.",
+    )
+
+    class Meta:
+        model = Queue
+        fields = ["global_concurrency"]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.instance and self.instance.pk:
+            self.fields["rate"].initial = self.instance.rate
+
+    def clean_global_concurrency(self) -> int | None:
+        value = self.cleaned_data.get("global_concurrency")
+        if value is not None and value < 1:
+            raise forms.ValidationError("At least 1; leave it empty for no limit.")
+        return value
+
+    def clean_rate(self) -> tuple[int, float] | None:
+        text = (self.cleaned_data.get("rate") or "").strip()
+        if not text:
+            return None
+        try:
+            return parse_rate(text)
+        except InvalidRate as exc:
+            raise forms.ValidationError(str(exc)) from None
+
+    def save(self, commit: bool = True) -> Queue:
+        queue = super().save(commit=False)
+        rate = self.cleaned_data.get("rate")
+        queue.rate_limit, queue.rate_period = rate if rate else (None, None)
+        if commit:
+            queue.save()
+        return queue
+
+
+@admin.register(Queue)
+class QueueAdmin(admin.ModelAdmin):
+    form = QueueForm
+    list_display = ["name", "status", "rate_shown", "global_concurrency", "paused_at"]
+    list_filter = ["paused"]
+    search_fields = ["name"]
+    actions = ["pause", "resume"]
+    readonly_fields = ["name", "paused", "paused_at", "created_at", "updated_at"]
+    fields = [
+        "name",
+        "paused",
+        "paused_at",
+        "rate",
+        "global_concurrency",
+        "created_at",
+        "updated_at",
+    ]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False  # rows appear when a worker serves a queue or one is paused
+
+    @admin.display(description="status", ordering="paused")
+    def status(self, queue: Queue) -> str:
+        return badge("paused" if queue.paused else "running")
+
+    @admin.display(description="rate")
+    def rate_shown(self, queue: Queue) -> str:
+        return format_rate(queue.rate_limit, queue.rate_period) or "-"
+
+    @admin.action(description="Pause (no new starts on any node)", permissions=["change"])
+    def pause(self, request: HttpRequest, queryset: QuerySet[Queue]) -> None:
+        changed = [q.name for q in queryset if queues.pause(q.name, using=queryset.db)]
+        self.message_user(request, f"Paused: {', '.join(changed) or 'none (already paused)'}.")
+
+    @admin.action(description="Resume", permissions=["change"])
+    def resume(self, request: HttpRequest, queryset: QuerySet[Queue]) -> None:
+        changed = [q.name for q in queryset if queues.resume(q.name, using=queryset.db)]
+        self.message_user(request, f"Resumed: {', '.join(changed) or 'none (none was paused)'}.")

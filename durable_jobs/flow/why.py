@@ -1,0 +1,174 @@
+""" "Why isn't it running?": the reasons a waiting job has not started, in plain words.
+
+Used by ``manage.py jobs why ID`` and the job's admin page. Each check reads a
+little (the job's queue row, a count through an index, the live nodes), so it is
+cheap enough to run on every page view.
+"""
+
+from __future__ import annotations
+
+import datetime
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.utils import timezone
+
+from durable_jobs.flow import rates
+from durable_jobs.flow.queues import live_nodes_serving
+from durable_jobs.models import Job, Queue
+from durable_jobs.states import CLAIMABLE, State
+
+#: Jobs ahead in line are counted up to this many, to keep the check bounded.
+AHEAD_COUNT_CAP = 10_000
+
+
+@dataclass(frozen=True)
+class Reason:
+    """One reason, with a stable ``code`` for scripts and a ``message`` for people."""
+
+    code: str
+    message: str
+    detail: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"code": self.code, "message": self.message, "detail": self.detail}
+
+
+def explain(job: Job, *, now: datetime.datetime | None = None) -> list[Reason]:
+    """Every reason ``job`` is not running now (empty for a job that is running or done)."""
+    now = now or timezone.now()
+    using = job._state.db
+    if job.state not in CLAIMABLE:
+        return [_not_waiting(job)]
+    reasons: list[Reason] = []
+    if job.available_at > now:
+        wait = (job.available_at - now).total_seconds()
+        what = "its next attempt is" if job.state == State.RETRYING else "it is"
+        reasons.append(
+            Reason(
+                "not_yet_available",
+                f"Not yet available: {what} due at {_when(job.available_at)} (in {wait:.0f}s).",
+                {"available_at": job.available_at.isoformat()},
+            )
+        )
+    control = Queue.objects.using(using).filter(name=job.queue).first()
+    if control is not None:
+        reasons += _queue_reasons(control, now)
+    if job.concurrency_key:
+        reasons += _key_reasons(job)
+    if not live_nodes_serving(job.queue, using=using, now=now):
+        reasons.append(
+            Reason(
+                "no_live_node",
+                f"No live worker serves queue {job.queue!r}. Start one with "
+                f"`manage.py runworker --queues {job.queue}`, or add it to "
+                "DURABLE_JOBS['QUEUES'].",
+                {"queue": job.queue},
+            )
+        )
+    if not reasons:
+        ahead = _jobs_ahead(job, now)
+        reasons.append(
+            Reason(
+                "waiting_in_line",
+                f"Ready: it starts when a worker of queue {job.queue!r} has a free slot; "
+                f"{ahead if ahead < AHEAD_COUNT_CAP else f'{AHEAD_COUNT_CAP}+'} job(s) "
+                "are ahead of it.",
+                {"ahead": ahead},
+            )
+        )
+    return reasons
+
+
+def _not_waiting(job: Job) -> Reason:
+    if job.state == State.LEASED:
+        node = job.leased_by.name if job.leased_by_id and job.leased_by else "a worker"
+        since = f" since {_when(job.attempted_at)}" if job.attempted_at else ""
+        return Reason(
+            "running", f"It is running on {node}{since} (attempt {job.attempts}).", {"node": node}
+        )
+    return Reason(
+        "finished",
+        f"It is {job.state}: it will not run again unless retried "
+        f"(`manage.py jobs retry {job.pk}`).",
+        {"state": job.state},
+    )
+
+
+def _queue_reasons(control: Queue, now: datetime.datetime) -> list[Reason]:
+    reasons = []
+    if control.paused:
+        since = f" since {_when(control.paused_at)}" if control.paused_at else ""
+        reasons.append(
+            Reason(
+                "queue_paused",
+                f"Queue {control.name!r} is paused{since}. Resume it with "
+                f"`manage.py jobs resume {control.name}`.",
+                {"queue": control.name},
+            )
+        )
+    if control.global_concurrency is not None:
+        leased = (
+            Job.objects.using(control._state.db)
+            .filter(queue=control.name, state=State.LEASED)
+            .count()
+        )
+        if leased >= control.global_concurrency:
+            reasons.append(
+                Reason(
+                    "queue_concurrency_full",
+                    f"Queue {control.name!r} already runs {leased} job(s), its global "
+                    f"concurrency limit ({control.global_concurrency}).",
+                    {"leased": leased, "limit": control.global_concurrency},
+                )
+            )
+    if control.rate_limit and control.rate_period:
+        slot = rates.next_slot(
+            control.rate_window, now.timestamp(), control.rate_limit, control.rate_period
+        )
+        if slot is not None:
+            at = datetime.datetime.fromtimestamp(slot, tz=datetime.UTC)
+            reasons.append(
+                Reason(
+                    "rate_limited",
+                    f"Queue {control.name!r} reached its rate limit ({control.rate}); the next "
+                    f"start is allowed at {_when(at)}.",
+                    {"rate": control.rate, "next_slot_at": at.isoformat()},
+                )
+            )
+    return reasons
+
+
+def _key_reasons(job: Job) -> list[Reason]:
+    holders = list(
+        Job.objects.using(job._state.db)
+        .filter(state=State.LEASED, concurrency_key=job.concurrency_key)
+        .order_by("attempted_at")
+        .values_list("pk", flat=True)[:20]
+    )
+    limit = job.concurrency_limit or 1
+    if len(holders) < limit:
+        return []
+    names = ", ".join(str(pk) for pk in holders)
+    return [
+        Reason(
+            "concurrency_key_held",
+            f"Its concurrency key {job.concurrency_key!r} is held by job {names} "
+            f"(limit {limit}); it starts when one of them finishes.",
+            {"key": job.concurrency_key, "held_by": holders, "limit": limit},
+        )
+    ]
+
+
+def _jobs_ahead(job: Job, now: datetime.datetime) -> int:
+    waiting = Job.objects.using(job._state.db).filter(
+        queue=job.queue, state__in=sorted(CLAIMABLE), available_at__lte=now
+    )
+    ahead = waiting.filter(priority__gt=job.priority) | waiting.filter(
+        priority=job.priority, available_at__lt=job.available_at
+    )
+    return ahead.order_by()[:AHEAD_COUNT_CAP].count()
+
+
+def _when(value: datetime.datetime) -> str:
+    return value.astimezone(datetime.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
