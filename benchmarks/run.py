@@ -2,19 +2,22 @@
 """Benchmarks for durable_jobs on SQLite and PostgreSQL.
 
     python benchmarks/run.py [--db sqlite|postgres|both] [--jobs N] [--quick]
-                             [--write docs/benchmarks.md]
+                             [--only enqueue] [--write docs/benchmarks.md]
 
 Measures, on each database:
 
 1. enqueue rate, one job per transaction (``noop.delay()`` in autocommit);
 2. enqueue rate, 1,000 ``noop.delay()`` calls inside one ``transaction.atomic()``;
+2b. enqueue rate of ``durable_jobs.enqueue_many()`` with N prepared jobs in one call;
 3. drain throughput of N no-op jobs with 1 and with 2 ``manage.py runworker --burst``
    processes, from process start to the last job's ``finished_at``;
 4. pickup latency of an idle ``runworker``: enqueue commit -> handler start;
 
 and, on PostgreSQL, the same operations as plain SQL through psycopg on a minimal
-table (one job per statement, ``FOR UPDATE SKIP LOCKED``): a ceiling to read the
-durable_jobs figures against.
+table (one job per statement, ``FOR UPDATE SKIP LOCKED``; multi-row ``INSERT`` for
+2b): a ceiling to read the durable_jobs figures against.
+
+``--only enqueue`` measures 1, 2 and 2b only (no worker processes), in about a minute.
 
 Each database is benchmarked in a child process (``--phase``) that configures Django
 for it; the parent creates and removes the databases, bounds every phase with a
@@ -48,9 +51,17 @@ SETTINGS_MODULE = "benchmarks.settings"
 RESULT_PREFIX = "BENCHMARK-RESULT "
 MARK_START = "<!-- benchmark-results:start -->"
 MARK_END = "<!-- benchmark-results:end -->"
+#: Markers of the block that ``--only enqueue --write FILE`` replaces.
+ENQUEUE_MARK_START = "<!-- benchmark-enqueue-results:start -->"
+ENQUEUE_MARK_END = "<!-- benchmark-enqueue-results:end -->"
 
 #: ``.delay()`` calls per transaction in the bulk enqueue measurement and when filling queues.
 BULK_BATCH = 1000
+#: Rounds of the ``enqueue_many`` measurement (N jobs in one call each).
+MANY_ROUNDS = 3
+#: Rows per multi-row INSERT of the raw SQL counterpart of ``enqueue_many`` (durable_jobs
+#: writes at most 500 rows per statement too).
+RAW_ROWS_PER_INSERT = 500
 #: Spacing between the enqueues of the latency measurement, in seconds.
 LATENCY_SPACING = (0.05, 0.10)
 #: POLL_INTERVAL of the second SQLite latency measurement.
@@ -186,6 +197,20 @@ class RawCeiling:
                 for i in range(done, done + batch):
                     self.conn.execute(self.INSERT, (json.dumps({"n": i}),))
             done += batch
+        return time.perf_counter() - started
+
+    def enqueue_many(self, count: int) -> float:
+        """``count`` rows in one transaction, RAW_ROWS_PER_INSERT rows per INSERT statement:
+        the counterpart of ``enqueue_many`` (which also writes multi-row INSERTs)."""
+        started = time.perf_counter()
+        with self.conn.transaction():
+            for start in range(0, count, RAW_ROWS_PER_INSERT):
+                rows = range(start, min(count, start + RAW_ROWS_PER_INSERT))
+                values = ", ".join(["('default', 'queued', %s)"] * len(rows))
+                self.conn.execute(
+                    f"INSERT INTO {self.TABLE} (queue, state, payload) VALUES {values}",
+                    [json.dumps({"n": i}) for i in rows],
+                )
         return time.perf_counter() - started
 
     def analyze(self) -> None:
@@ -389,6 +414,28 @@ class Phase:
             done += batch
         return time.perf_counter() - started
 
+    def enqueue_many(self, count: int) -> float:
+        """Enqueue ``count`` no-op jobs with one ``enqueue_many()`` call (one transaction);
+        return the seconds taken, preparing the jobs (argument checks) included."""
+        import durable_jobs
+        from benchmarks.benchapp.jobs import noop
+
+        started = time.perf_counter()
+        jobs = durable_jobs.enqueue_many([noop.prepare(n=i) for i in range(count)])
+        seconds = time.perf_counter() - started
+        if len(jobs) != count or any(job.pk is None for job in jobs):
+            raise RuntimeError(f"enqueue_many returned {len(jobs)} jobs for {count}")
+        return seconds
+
+    def rows_per_insert(self) -> int:
+        """Rows per multi-row INSERT that ``enqueue_many`` writes on this database."""
+        from django.db import connection
+
+        from durable_jobs.db import backend_for
+        from durable_jobs.db.base import _insert_fields
+
+        return max(1, min(500, backend_for(connection.alias).max_params() // len(_insert_fields())))
+
     # -- 3: drain ----------------------------------------------------------------------------
 
     def drain(self, jobs: int, workers: int) -> dict[str, Any]:
@@ -557,6 +604,26 @@ class Phase:
             out["raw"]["enqueue_single"] = single / raw_seconds
             log(f"[{name}]   raw SQL {single / raw_seconds:,.0f} jobs/s")
 
+        # 2b. enqueue_many: N prepared jobs in one call, in rounds (alternating with raw SQL).
+        rows = self.rows_per_insert()
+        log(f"[{name}] enqueue_many: {MANY_ROUNDS} x {jobs} jobs ({rows} rows per INSERT)")
+        seconds = raw_seconds = 0.0
+        for _ in range(MANY_ROUNDS):
+            self.reset()
+            seconds += self.enqueue_many(jobs)
+            if raw is not None:
+                raw.reset()
+                raw_seconds += raw.enqueue_many(jobs)
+        out["enqueue_many"] = {
+            "jobs": MANY_ROUNDS * jobs,
+            "rate": MANY_ROUNDS * jobs / seconds,
+            "rows_per_insert": rows,
+        }
+        log(f"[{name}]   {MANY_ROUNDS * jobs / seconds:,.0f} jobs/s")
+        if raw is not None:
+            out["raw"]["enqueue_many"] = MANY_ROUNDS * jobs / raw_seconds
+            log(f"[{name}]   raw SQL {MANY_ROUNDS * jobs / raw_seconds:,.0f} jobs/s")
+
         # 2 and 3. Fill the queue in bulk (measured), then drain it with 1, then 2 workers.
         bulk_seconds = raw_bulk_seconds = 0.0
         out["drain"] = []
@@ -573,6 +640,8 @@ class Phase:
                 log(f"[{name}]   raw SQL {jobs / raw_seconds:,.0f} jobs/s")
                 self.analyze()
                 raw.analyze()
+            if self.options.only == "enqueue":
+                continue
             log(f"[{name}] drain {jobs} no-op jobs with {workers} runworker --burst")
             result = self.drain(jobs, workers)
             out["drain"].append(result)
@@ -586,6 +655,8 @@ class Phase:
         out["enqueue_bulk"] = {"jobs": 2 * jobs, "rate": 2 * jobs / bulk_seconds}
         if raw is not None:
             out["raw"]["enqueue_bulk"] = 2 * jobs / raw_bulk_seconds
+        if self.options.only == "enqueue":
+            return
 
         # 4. Pickup latency.
         polls = [1.0] if self.vendor == "postgres" else [1.0, SQLITE_FAST_POLL]
@@ -669,6 +740,8 @@ def run_database(vendor: str, options: argparse.Namespace) -> dict[str, Any]:
         command += ["--jobs", str(options.jobs), "--single-jobs", str(options.single_jobs)]
         command += ["--latency-jobs", str(options.latency_jobs)]
         command += ["--concurrency", str(options.concurrency)]
+        if options.only:
+            command += ["--only", options.only]
         process = subprocess.Popen(
             command,
             cwd=REPO,
@@ -732,6 +805,7 @@ def render(results: dict[str, dict[str, Any]], options: argparse.Namespace, argv
     sqlite_r, pg = results.get("sqlite"), results.get("postgres")
     raw = (pg or {}).get("raw", {})
     jobs = options.jobs
+    enqueue_only = options.only == "enqueue"
 
     def rate(value: float | None) -> str:
         return NONE if value is None else f"{value:,.0f}"
@@ -773,6 +847,9 @@ def render(results: dict[str, dict[str, Any]], options: argparse.Namespace, argv
     def enq(result: dict[str, Any] | None, key: str) -> float | None:
         return None if result is None else result[key]["rate"]
 
+    def rows_per_insert(result: dict[str, Any] | None) -> str:
+        return NONE if result is None else str(result["enqueue_many"]["rows_per_insert"])
+
     lines = []
     now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     lines.append(f"Run on {now} with:")
@@ -804,23 +881,37 @@ def render(results: dict[str, dict[str, Any]], options: argparse.Namespace, argv
             enq(pg, "enqueue_bulk"),
         ),
         (
-            f"Drain {jobs:,} no-op jobs, 1 worker process (jobs/s)",
-            drain_cell(sqlite_r, 1),
-            drain_cell(pg, 1),
-            raw_rate("drain_1"),
-            drain(pg, 1),
-        ),
-        (
-            f"Drain {jobs:,} no-op jobs, 2 worker processes (jobs/s)",
-            drain_cell(sqlite_r, 2),
-            drain_cell(pg, 2),
-            raw_rate("drain_2"),
-            drain(pg, 2),
+            f"Enqueue, `enqueue_many()` of {jobs:,} jobs, 1 transaction (jobs/s)",
+            rate(enq(sqlite_r, "enqueue_many")),
+            rate(enq(pg, "enqueue_many")),
+            raw_rate("enqueue_many"),
+            enq(pg, "enqueue_many"),
         ),
     ]
+    if not enqueue_only:
+        rows += [
+            (
+                f"Drain {jobs:,} no-op jobs, 1 worker process (jobs/s)",
+                drain_cell(sqlite_r, 1),
+                drain_cell(pg, 1),
+                raw_rate("drain_1"),
+                drain(pg, 1),
+            ),
+            (
+                f"Drain {jobs:,} no-op jobs, 2 worker processes (jobs/s)",
+                drain_cell(sqlite_r, 2),
+                drain_cell(pg, 2),
+                raw_rate("drain_2"),
+                drain(pg, 2),
+            ),
+        ]
     for label, sqlite_cell, pg_cell, ceiling, pg_value in rows:
         cells = [label, sqlite_cell, pg_cell, rate(ceiling), ratio(pg_value, ceiling)]
         lines.append("| " + " | ".join(cells) + " |")
+    if enqueue_only:
+        lines.append("")
+        lines.append(enqueue_many_note(sqlite_r, pg, rows_per_insert))
+        return "\n".join(lines) + "\n"
     lines.append(
         "| Pickup latency, idle worker, p50 / p95 / max (ms), POLL_INTERVAL=1 (default) | "
         f"{latency(sqlite_r, 1.0)} | {latency(pg, 1.0)} | {NONE} | {NONE} |"
@@ -876,6 +967,8 @@ def render(results: dict[str, dict[str, Any]], options: argparse.Namespace, argv
                 f"| {entry['to_claim_p50_ms']:.0f} / {entry['to_claim_p95_ms']:.0f} "
                 f"| {entry['claim_to_start_p50_ms']:.0f} / {entry['claim_to_start_p95_ms']:.0f} |"
             )
+    lines.append("")
+    lines.append(enqueue_many_note(sqlite_r, pg, rows_per_insert))
     if raw:
         lines.append("")
         lines.append(
@@ -891,14 +984,34 @@ def render(results: dict[str, dict[str, Any]], options: argparse.Namespace, argv
     return "\n".join(lines) + "\n"
 
 
-def write_report(path: Path, block: str) -> None:
-    """Replace the generated block of ``path`` (between the markers), or write a new page."""
-    wrapped = f"{MARK_START}\n{block}{MARK_END}"
+def enqueue_many_note(
+    sqlite_r: dict[str, Any] | None, pg: dict[str, Any] | None, rows_per_insert: Any
+) -> str:
+    return (
+        f"`enqueue_many()`: {MANY_ROUNDS} rounds of one call each, the `.prepare()` calls "
+        "included; it writes multi-row `INSERT ... ON CONFLICT DO NOTHING` statements of "
+        f"{rows_per_insert(sqlite_r)} rows on SQLite (Django's limit of 999 parameters per "
+        f"statement) and {rows_per_insert(pg)} rows on PostgreSQL. Its raw SQL counterpart "
+        f"inserts the same number of rows into the minimal table in one transaction, "
+        f"{RAW_ROWS_PER_INSERT} rows per `INSERT`."
+    )
+
+
+def write_report(path: Path, block: str, *, enqueue_only: bool = False) -> None:
+    """Replace the generated block of ``path`` (between the markers), or write a new page.
+
+    ``--only enqueue`` results go between their own markers, so that they never replace
+    a full run's results; without those markers they are appended to the page.
+    """
+    start, end = (ENQUEUE_MARK_START, ENQUEUE_MARK_END) if enqueue_only else (MARK_START, MARK_END)
+    wrapped = f"{start}\n{block}{end}"
     text = path.read_text() if path.exists() else ""
-    if MARK_START in text and MARK_END in text:
-        before, rest = text.split(MARK_START, 1)
-        _, after = rest.split(MARK_END, 1)
+    if start in text and end in text:
+        before, rest = text.split(start, 1)
+        _, after = rest.split(end, 1)
         text = before + wrapped + after
+    elif text and enqueue_only:
+        text = text.rstrip("\n") + "\n\n## Enqueue only\n\n" + wrapped + "\n"
     else:
         text = "# Benchmarks\n\n## Results\n\n" + wrapped + "\n"
     path.write_text(text)
@@ -918,6 +1031,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--jobs", type=int, default=None, help="Jobs per drain (default 10000; 1000 with --quick)."
     )
     parser.add_argument("--quick", action="store_true", help="Smaller runs, for a quick look.")
+    parser.add_argument(
+        "--only",
+        choices=["enqueue"],
+        default=None,
+        help="Measure only this part: 'enqueue' (1 per transaction, 1,000 per transaction, "
+        "enqueue_many), with no worker processes.",
+    )
     parser.add_argument(
         "--write", type=Path, default=None, help="Also write the results into this Markdown file."
     )
@@ -975,7 +1095,7 @@ def main(argv: list[str]) -> int:
     block = render(results, options, argv)
     print(block)
     if options.write is not None:
-        write_report(options.write, block)
+        write_report(options.write, block, enqueue_only=options.only == "enqueue")
         log(f"wrote {options.write}")
     return 0
 

@@ -471,7 +471,8 @@ def test_a_declared_schedule_on_an_unserved_queue_is_warned() -> None:
     declared = {"x": {**DECLARED["ott-release-refresh"], "queue": "imports"}}
     with override_settings(DURABLE_JOBS={"SCHEDULES": declared}):
         messages = [m for m in checks.run_checks() if m.id == "durable_jobs.W002"]
-    assert [m.msg.split(",")[0] for m in messages] == ["Schedule 'x' uses queue 'imports'"]
+    about_schedules = [m.msg.split(",")[0] for m in messages if m.msg.startswith("Schedule")]
+    assert about_schedules == ["Schedule 'x' uses queue 'imports'"]
 
 
 def test_a_heartbeat_slower_than_the_misfire_grace_is_warned() -> None:

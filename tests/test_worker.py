@@ -175,7 +175,7 @@ def test_node_row_lifecycle(durable_worker) -> None:
     node = Node.objects.get()
     assert node.name == worker.node.name
     assert socket.gethostname() not in node.name
-    assert node.queues == {"default": 4, "emails": 2}
+    assert node.queues == {"default": 4, "emails": 2, "webhooks": 3}
     assert node.concurrency == 6
     worker.stop()
     wait_for(lambda: not Node.objects.exists(), timeout=15)
@@ -185,7 +185,7 @@ def test_parse_queues() -> None:
     assert parse_queues("default,emails:5") == {"default": 4, "emails": 5}
     assert parse_queues("other") == {"other": 10}
     assert parse_queues("default,other", default_concurrency=3) == {"default": 3, "other": 3}
-    assert parse_queues(None) == {"default": 4, "emails": 2}
+    assert parse_queues(None) == {"default": 4, "emails": 2, "webhooks": 3}
     with pytest.raises(ImproperlyConfiguredQueue, match="whole number"):
         parse_queues("default:x")
     with pytest.raises(ImproperlyConfiguredQueue, match="at least 1"):
