@@ -176,7 +176,7 @@ def test_node_row_lifecycle(durable_worker) -> None:
     assert node.name == worker.node.name
     assert socket.gethostname() not in node.name
     assert node.queues == {"default": 4, "emails": 2, "webhooks": 3}
-    assert node.concurrency == 6
+    assert node.concurrency == 9
     worker.stop()
     wait_for(lambda: not Node.objects.exists(), timeout=15)
 
