@@ -25,3 +25,22 @@ def ott_release_refresh(
 @job(name="catalog.price_snapshot", queue="imports")
 def price_snapshot() -> None:
     """A frequent schedule, so the demo shows the heartbeat at work."""
+
+
+@job(name="catalog.import_price_row", queue="partners", max_retries=0)
+def import_price_row(sku: str, cents: int) -> None:
+    """One row of a partner price feed. The ``partners`` queue is rate-limited in settings
+    (at most 4 starts a second across every worker): the partner's API would refuse more."""
+    if cents <= 0:
+        raise ValueError(f"the feed has no valid price for {sku!r}")
+
+
+@job(name="catalog.price_import_finished", takes_context=True)
+def price_import_finished(context: JobContext, feed: str) -> dict[str, object]:
+    """Runs once, when every row of the batch is final; reports the batch's counts."""
+    batch = context.batch
+    assert batch is not None
+    context.logger.info(
+        "price feed %s imported: %s rows completed, %s failed", feed, batch.completed, batch.dead
+    )
+    return {"feed": feed, "counts": batch.counts}

@@ -90,6 +90,8 @@ DURABLE_JOBS = {
         "default": {"concurrency": 4},
         "emails": {"concurrency": 2},
         "imports": {"concurrency": 1},
+        # At most 4 job starts per sliding second across every worker (a global limit).
+        "partners": {"concurrency": 2, "rate": "4/1s"},
     },
     # Durable schedules, synced to the Schedule table when a worker starts (or by
     # `manage.py schedules sync`). Each worker runs the heartbeat that enqueues them.

@@ -2,7 +2,8 @@
 
 1. Sync the durable schedules declared in settings and run the weekly one now.
 2. Enqueue quick jobs, one that fails twice before it succeeds, one that always
-   fails (and ends ``dead``), and one delayed by a few seconds.
+   fails (and ends ``dead``), one delayed by a few seconds, and a batch of price
+   rows on a rate-limited queue whose callback runs once when all rows are final.
 3. Start ``manage.py runworker`` as a separate process, exactly as you would in
    production, and relay its log lines. The worker also runs the scheduler
    heartbeat, which enqueues the 3-second ``price-snapshot`` schedule.
@@ -25,18 +26,19 @@ import time
 from datetime import timedelta
 from typing import Any
 
+from catalog.jobs import import_price_row, price_import_finished
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 
-from durable_jobs import Scheduler
+from durable_jobs import Batch, Scheduler
 from durable_jobs.models import Attempt, Job, Schedule
 from durable_jobs.schedules.sync import sync_schedules
 from shop.jobs import charge_card, release_reservation, send_receipt, sync_inventory
 
 FINAL_STATES = ("completed", "dead", "cancelled")
-WORKER_QUEUES = "default,emails,imports"
+WORKER_QUEUES = "default,emails,imports,partners"
 #: Occurrences of the 3-second schedule the demo waits to see processed.
 SCHEDULED_RUNS = 2
 STOP_TIMEOUT = 30.0
@@ -104,9 +106,21 @@ class Command(BaseCommand):
         jobs.append(release_reservation.using(run_in=timedelta(seconds=3)).delay(order_id=1002))
         self.stdout.write(
             f"Enqueued {len(jobs)} jobs: 5 x send_receipt, charge_card (fails twice, then "
-            "succeeds), sync_inventory (always fails), release_reservation (runs in 3 s).\n"
+            "succeeds), sync_inventory (always fails), release_reservation (runs in 3 s)."
         )
-        return [j.pk for j in jobs]
+        feed = {"MUG-RED": 1299, "MUG-BLUE": 1299, "TEE-S": 2450, "TEE-M": 2450, "CAP": 0}
+        rows = [import_price_row.prepare(sku=sku, cents=cents) for sku, cents in feed.items()]
+        batch = Batch(
+            "partner price feed", on_complete=price_import_finished.prepare(feed="partner-a")
+        ).enqueue(rows)
+        self.stdout.write(
+            f"Enqueued batch {batch.pk}: {batch.total} price rows on the rate-limited "
+            "'partners' queue (4 starts/s; the CAP row fails), with a callback when all "
+            "are final.\n"
+        )
+        self.batch_id = batch.pk
+        row_ids = list(Job.objects.filter(batch=batch).values_list("pk", flat=True))
+        return [j.pk for j in jobs] + row_ids
 
     def start_worker(self) -> subprocess.Popen[str]:
         command = [sys.executable, "manage.py", "runworker", "--queues", WORKER_QUEUES]
@@ -142,7 +156,15 @@ class Command(BaseCommand):
             scheduled = Job.objects.filter(
                 pk__in=self.scheduled_since(started, exclude=ids), state="completed"
             ).count()
-            if not pending and scheduled >= SCHEDULED_RUNS:
+            callback = (
+                Job.objects.filter(name="catalog.price_import_finished", pk__gt=started)
+                .values_list("pk", "state")
+                .first()
+            )
+            if callback is not None and callback[0] not in ids:
+                ids.append(callback[0])  # report it, and wait for it like the others
+                continue
+            if not pending and scheduled >= SCHEDULED_RUNS and callback is not None:
                 return ""
             summary = ", ".join(f"#{pk} ({state})" for pk, state in pending) or (
                 f"{scheduled} of {SCHEDULED_RUNS} scheduled price-snapshot jobs completed"
