@@ -137,8 +137,12 @@ class JobHandler(Generic[P, R]):
         if isinstance(spec, str):
             key: Any = spec
         else:
+            from durable_jobs.flow.unique import with_defaults
+
             try:
-                key = spec(**payload)
+                # With defaults filled in, as Unique sees them: the function may rely on
+                # every parameter being there.
+                key = spec(**with_defaults(self.signature, payload))
             except Exception as exc:
                 raise EnqueueError(
                     f"{self.name}: the concurrency_key function failed on {sorted(payload)}: "

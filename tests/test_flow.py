@@ -229,9 +229,17 @@ def test_a_bad_concurrency_key_is_refused_at_enqueue() -> None:
     try:
         with pytest.raises(EnqueueError, match=r"\*\*_"):
             bad_key.delay(order_id=1, note="x")
-        assert bad_key.delay(order_id=1).concurrency_key == "order:1"
+        assert not Job.objects.exists()
     finally:
         del _handlers["tests.bad_key"]
+    @job(name="tests.default_key", concurrency_key=lambda region, **_: f"region:{region}")
+    def default_key(order_id: int, region: str = "eu") -> None:
+        pass
+
+    try:
+        assert default_key.delay(order_id=1).concurrency_key == "region:eu"
+    finally:
+        del _handlers["tests.default_key"]
     with pytest.raises(ValueError, match="concurrency_limit"):
         job(name="tests.bad_limit", concurrency_key="k", concurrency_limit=0)(lambda: None)
 

@@ -77,7 +77,7 @@ class Unique:
         payload: Mapping[str, Any],
         now: datetime.datetime,
     ) -> str:
-        arguments = _with_defaults(signature, payload)
+        arguments = with_defaults(signature, payload)
         if self.fields is not None:
             arguments = {name: arguments.get(name) for name in self.fields}
         canonical = json.dumps(
@@ -96,10 +96,17 @@ def bucket_start(now: datetime.datetime, period: datetime.timedelta) -> int:
     return int(now.timestamp() // size * size)
 
 
-def _with_defaults(signature: inspect.Signature, payload: Mapping[str, Any]) -> dict[str, Any]:
+def with_defaults(signature: inspect.Signature, payload: Mapping[str, Any]) -> dict[str, Any]:
+    """The keyword arguments a call with ``payload`` binds, defaults included."""
     try:
         bound = signature.bind_partial(**payload)
     except TypeError as exc:  # already checked at enqueue; keep the message if not
         raise EnqueueError(str(exc)) from None
     bound.apply_defaults()
-    return dict(bound.arguments)
+    arguments: dict[str, Any] = {}
+    for name, value in bound.arguments.items():
+        if signature.parameters[name].kind is inspect.Parameter.VAR_KEYWORD:
+            arguments.update(value)
+        else:
+            arguments[name] = value
+    return arguments

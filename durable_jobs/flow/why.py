@@ -87,6 +87,8 @@ def _not_waiting(job: Job) -> Reason:
         return Reason(
             "running", f"It is running on {node}{since} (attempt {job.attempts}).", {"node": node}
         )
+    if job.state == State.COMPLETED:
+        return Reason("finished", "It completed; it will not run again.", {"state": job.state})
     return Reason(
         "finished",
         f"It is {job.state}: it will not run again unless retried "
