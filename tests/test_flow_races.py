@@ -236,8 +236,11 @@ def test_concurrency_key_never_overlaps_across_two_worker_processes(
 ) -> None:
     accounts, total = 4, 20
     start_workers(worker_processes, 2, "--queues", "default:4", "--no-scheduler")
+    # Grouped by account, so one claim's candidates share keys: the claim must lease only
+    # as many of them as the key's limit allows, not just skip keys already held.
     created = enqueue_many(
-        jobs.per_account.prepare(account=i % accounts, n=i, seconds=0.1) for i in range(total)
+        jobs.per_account.prepare(account=i * accounts // total, n=i, seconds=0.1)
+        for i in range(total)
     )
     ids = [j.pk for j in created]
     assert {j.concurrency_key for j in created} == {f"account:{a}" for a in range(accounts)}
@@ -324,10 +327,6 @@ def test_pause_all_stops_new_starts_on_every_node_and_resume_finishes_the_rest(
         assert all(p.poll() is None for p in worker_processes.procs)
         time.sleep(0.2)
     after = Counter(Job.objects.filter(pk__in=ids).values_list("state", flat=True))
-    assert after == snapshot, f"jobs moved while paused: {snapshot} -> {after}"
-    assert set(after) <= {State.COMPLETED, State.QUEUED}, after
-    assert after[State.QUEUED] > 0, "the drain ended before the pause: nothing was tested"
-    assert after[State.COMPLETED] + after[State.QUEUED] == total
 
     # The pause is checked in the claim itself: no claim after it committed.
     late = Job.objects.filter(pk__in=ids, attempted_at__gt=paused_at)
@@ -336,6 +335,10 @@ def test_pause_all_stops_new_starts_on_every_node_and_resume_finishes_the_rest(
         job_id__in=ids, started_at__gt=paused_at + datetime.timedelta(seconds=0.5)
     )
     assert not late_runs.exists(), list(late_runs.values_list("job_id", "started_at"))
+    assert after == snapshot, f"jobs moved while paused: {snapshot} -> {after}"
+    assert set(after) <= {State.COMPLETED, State.QUEUED}, after
+    assert after[State.QUEUED] > 0, "the drain ended before the pause: nothing was tested"
+    assert after[State.COMPLETED] + after[State.QUEUED] == total
     # Every queued job is untouched: never attempted.
     assert not Job.objects.filter(pk__in=ids, state=State.QUEUED, attempts__gt=0).exists()
 
@@ -432,10 +435,19 @@ def test_unique_per_period_buckets_split_at_the_minute_boundary() -> None:
     assert c.pk not in (a.pk, b.pk)
     assert Job.objects.filter(name="tests.unique_per_minute").count() == 3
 
-    # Concurrent enqueues in one bucket: one job.
-    rows = race(8, lambda i: enqueue(at(12, 2, 0.1 * i)))
+    # Concurrent enqueues in one bucket, each thread at its own instant: one job. (One
+    # patch around the race: patching in each thread would interleave the restores.)
+    clock = threading.local()
+
+    def enqueue_at(i: int) -> Job:
+        clock.now = at(12, 2, 0.1 + 7 * i)
+        return jobs.unique_per_minute.delay(account_id=1)
+
+    with mock.patch("django.utils.timezone.now", side_effect=lambda: clock.now):
+        rows = race(8, enqueue_at)
     assert len({row.pk for row in rows}) == 1
     assert Job.objects.filter(name="tests.unique_per_minute").count() == 4
+    assert abs(timezone.now() - datetime.datetime.now(datetime.UTC)) < datetime.timedelta(minutes=1)
 
 
 # -- 5. batches -------------------------------------------------------------------------------
@@ -568,3 +580,32 @@ def test_concurrent_completion_checks_finish_a_batch_once() -> None:
         assert row.callback_job_id == callback.pk
         assert row.counts == {State.COMPLETED.value: 3}
         assert callback.meta["batch"]["counts"] == row.counts
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_bulk_enqueues_of_shared_keys_in_opposite_orders_do_not_deadlock() -> None:
+    """Two enqueue_many calls sharing 2,000 unique keys, one forward and one reversed: each
+    key ends up with exactly one job, and neither call fails (PostgreSQL once deadlocked)."""
+    accounts = list(range(2000))
+    barrier = threading.Barrier(2)
+    errors: list[BaseException] = []
+    results: list[list[int]] = []
+
+    def go(order: list[int]) -> None:
+        try:
+            barrier.wait()
+            rows = enqueue_many(jobs.unique_sync.prepare(account_id=a) for a in order)
+            results.append([row.payload["account_id"] for row in rows])
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=go, args=(o,)) for o in (accounts, accounts[::-1])]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert not errors, errors
+    assert sorted(results) == sorted([accounts, accounts[::-1]])  # rows in call order
+    assert Job.objects.filter(name="tests.unique_sync").count() == 2000

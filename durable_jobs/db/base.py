@@ -117,12 +117,19 @@ class Backend:
         """
         if not jobs:
             return []
+        # Keyed rows go in key order: two bulk inserts that share keys then wait on each
+        # other's keys in the same order, instead of deadlocking (PostgreSQL).
+        order = sorted(
+            range(len(jobs)),
+            key=lambda i: (jobs[i].idempotency_key is None, jobs[i].idempotency_key or "", i),
+        )
+        in_order = [jobs[i] for i in order]
         columns = [field.column for field in _insert_fields()]
         per_statement = max(1, min(500, self.max_params() // len(columns)))
         ids: list[int | None] = []
         with self.connection.cursor() as cursor:
-            for start in range(0, len(jobs), per_statement):
-                chunk = jobs[start : start + per_statement]
+            for start in range(0, len(in_order), per_statement):
+                chunk = in_order[start : start + per_statement]
                 params: list[Any] = []
                 for job in chunk:
                     params += self._insert_values(job)[1]
@@ -135,7 +142,10 @@ class Backend:
                         position += 1
                     else:
                         ids.append(None)
-        return ids
+        placed: list[int | None] = [None] * len(jobs)
+        for position, index in enumerate(order):
+            placed[index] = ids[position]
+        return placed
 
     def max_params(self) -> int:
         return self.connection.features.max_query_params or 999
