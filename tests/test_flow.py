@@ -232,6 +232,7 @@ def test_a_bad_concurrency_key_is_refused_at_enqueue() -> None:
         assert not Job.objects.exists()
     finally:
         del _handlers["tests.bad_key"]
+
     @job(name="tests.default_key", concurrency_key=lambda region, **_: f"region:{region}")
     def default_key(order_id: int, region: str = "eu") -> None:
         pass
