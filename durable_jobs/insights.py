@@ -12,7 +12,6 @@ from typing import Any
 from django.db.models import Count, Max, Min, Q, QuerySet
 from django.utils import timezone
 
-from durable_jobs.conf import get_settings
 from durable_jobs.models import Attempt, Batch, Job, Node, Outcome, Queue
 from durable_jobs.redaction import redact
 from durable_jobs.states import FINAL, State
@@ -84,7 +83,7 @@ def stats() -> dict[str, Any]:
         queues.setdefault(lag["queue"], {s.value: 0 for s in State})["lag_seconds"] = round(
             (now - lag["oldest"]).total_seconds(), 3
         )
-    stale_before = now - datetime.timedelta(seconds=get_settings().lease_seconds)
+    stale_before = Node.live_after(now)
     nodes = Node.objects.aggregate(
         live=Count("pk", filter=Q(last_heartbeat_at__gte=stale_before)),
         stale=Count("pk", filter=Q(last_heartbeat_at__lt=stale_before)),
@@ -96,7 +95,7 @@ def stats() -> dict[str, Any]:
 
 def queues() -> list[dict[str, Any]]:
     """Every known queue: paused or not, its limits, waiting and leased counts, live nodes."""
-    from durable_jobs.flow.queues import known, live_nodes_serving
+    from durable_jobs.flow.queues import known, serving_nodes
 
     rows = {q.name: q for q in Queue.objects.all()}
     counts: dict[str, dict[str, int]] = {}
@@ -108,6 +107,7 @@ def queues() -> list[dict[str, Any]]:
     ):
         entry = counts.setdefault(row["queue"], {"waiting": 0, "leased": 0})
         entry["leased" if row["state"] == State.LEASED else "waiting"] += row["n"]
+    serving = serving_nodes()
     out = []
     for name in known():
         control = rows.get(name)
@@ -119,7 +119,7 @@ def queues() -> list[dict[str, Any]]:
                 "rate": control.rate if control else "",
                 "global_concurrency": control.global_concurrency if control else None,
                 **counts.get(name, {"waiting": 0, "leased": 0}),
-                "live_nodes": len(live_nodes_serving(name)),
+                "live_nodes": len(serving.get(name, [])),
             }
         )
     return out

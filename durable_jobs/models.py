@@ -7,6 +7,7 @@ control time.
 
 from __future__ import annotations
 
+import datetime
 from typing import Any
 
 from django.db import models
@@ -50,6 +51,14 @@ class Node(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    @staticmethod
+    def live_after(now: datetime.datetime | None = None) -> datetime.datetime:
+        """A node is live while its last heartbeat is more recent than this: one lease
+        period, after which its jobs are rescued by others."""
+        from durable_jobs.conf import get_settings
+
+        return (now or timezone.now()) - datetime.timedelta(seconds=get_settings().lease_seconds)
 
 
 class Queue(models.Model):

@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import Any
 
 from django.contrib import admin
 from django.db.models import Count, Q, QuerySet
 from django.http import HttpRequest
-from django.utils import timezone
 
 from durable_jobs.admin.display import age, badge
-from durable_jobs.conf import get_settings
 from durable_jobs.models import Node
 from durable_jobs.states import State
 
@@ -52,8 +49,7 @@ class NodeAdmin(admin.ModelAdmin):
     @admin.display(description="status")
     def status(self, node: Any) -> str:
         # Live while its heartbeat is more recent than a lease: after that its jobs are rescued.
-        limit = timezone.now() - timedelta(seconds=get_settings().lease_seconds)
-        if node.last_heartbeat_at < limit:
+        if node.last_heartbeat_at < Node.live_after():
             return badge("stale")
         return badge("stopping" if node.stopping else "live")
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Iterable, Mapping
-from datetime import timedelta
 
 from django.utils import timezone
 
@@ -131,17 +130,18 @@ def limited(names: Iterable[str], *, using: str | None = None) -> set[str]:
     return {q.name for q in rows if q.is_limited}
 
 
-def live_nodes_serving(
-    name: str, *, using: str | None = None, now: datetime.datetime | None = None
-) -> list[Node]:
-    """Nodes that serve ``name`` and sent a heartbeat within the lease period."""
-    now = now or timezone.now()
-    fresh = now - timedelta(seconds=get_settings().lease_seconds)
-    return [
-        node
-        for node in Node.objects.using(using).filter(last_heartbeat_at__gte=fresh, stopping=False)
-        if isinstance(node.queues, dict) and name in node.queues
-    ]
+def serving_nodes(
+    *, using: str | None = None, now: datetime.datetime | None = None
+) -> dict[str, list[Node]]:
+    """Queue name -> the live nodes (not stopping) that serve it."""
+    serving: dict[str, list[Node]] = {}
+    live = Node.objects.using(using).filter(
+        last_heartbeat_at__gte=Node.live_after(now), stopping=False
+    )
+    for node in live:
+        for name in node.queues if isinstance(node.queues, dict) else ():
+            serving.setdefault(name, []).append(node)
+    return serving
 
 
 def _set_paused(names: list[str], paused: bool, *, using: str | None) -> int:

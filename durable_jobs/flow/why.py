@@ -14,7 +14,7 @@ from typing import Any
 from django.utils import timezone
 
 from durable_jobs.flow import rates
-from durable_jobs.flow.queues import live_nodes_serving
+from durable_jobs.flow.queues import serving_nodes
 from durable_jobs.models import Job, Queue
 from durable_jobs.states import CLAIMABLE, State
 
@@ -56,7 +56,7 @@ def explain(job: Job, *, now: datetime.datetime | None = None) -> list[Reason]:
         reasons += _queue_reasons(control, now)
     if job.concurrency_key:
         reasons += _key_reasons(job)
-    if not live_nodes_serving(job.queue, using=using, now=now):
+    if not serving_nodes(using=using, now=now).get(job.queue):
         reasons.append(
             Reason(
                 "no_live_node",
