@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from durable_jobs.models import Attempt, Batch, Job, Node, Outcome, Queue
 from durable_jobs.redaction import redact
-from durable_jobs.states import FINAL, State
+from durable_jobs.states import FINAL, UNFINISHED, State
 
 
 def iso(value: datetime.datetime | None) -> str | None:
@@ -100,7 +100,7 @@ def queues() -> list[dict[str, Any]]:
     rows = {q.name: q for q in Queue.objects.all()}
     counts: dict[str, dict[str, int]] = {}
     for row in (
-        Job.objects.filter(state__in=[State.QUEUED, State.RETRYING, State.LEASED])
+        Job.objects.filter(state__in=UNFINISHED)
         .values("queue", "state")
         .annotate(n=Count("pk"))
         .order_by()

@@ -50,6 +50,8 @@ ALLOWED_SOURCES: Mapping[State, frozenset[State]] = {
 CLAIMABLE: frozenset[State] = ALLOWED_SOURCES[State.LEASED]
 #: States in which a job will not run again on its own.
 FINAL: frozenset[State] = frozenset({State.COMPLETED, State.DEAD, State.CANCELLED})
+#: The others, in lifecycle order: waiting, running, or waiting to retry.
+UNFINISHED: tuple[State, ...] = (State.QUEUED, State.LEASED, State.RETRYING)
 
 
 def can_move(source: str, target: str) -> bool:

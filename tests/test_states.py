@@ -5,7 +5,15 @@ from __future__ import annotations
 import pytest
 
 from durable_jobs.models import Job
-from durable_jobs.states import ALLOWED_SOURCES, CLAIMABLE, FINAL, State, can_move, transition
+from durable_jobs.states import (
+    ALLOWED_SOURCES,
+    CLAIMABLE,
+    FINAL,
+    UNFINISHED,
+    State,
+    can_move,
+    transition,
+)
 from tests.testapp import jobs
 
 pytestmark = pytest.mark.django_db
@@ -25,6 +33,8 @@ def test_the_six_states_are_frozen() -> None:
 def test_the_table_matches_the_design() -> None:
     assert {State.QUEUED, State.RETRYING} == CLAIMABLE
     assert {State.COMPLETED, State.DEAD, State.CANCELLED} == FINAL
+    assert set(UNFINISHED) | FINAL == set(State)
+    assert not set(UNFINISHED) & FINAL
     assert can_move("leased", "completed")
     assert can_move("retrying", "dead")
     assert can_move("dead", "queued")

@@ -30,11 +30,9 @@ from durable_jobs.exceptions import DurableJobsError, EnqueueError
 from durable_jobs.handlers import EnqueueOptions, PreparedJob
 from durable_jobs.models import Batch as BatchRow
 from durable_jobs.models import Job
-from durable_jobs.states import FINAL, State
+from durable_jobs.states import FINAL, UNFINISHED, State
 
 logger = logging.getLogger("durable_jobs")
-
-UNFINISHED = [State.QUEUED, State.LEASED, State.RETRYING]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -20,10 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from durable_jobs.exceptions import EnqueueError
-from durable_jobs.states import State
-
-#: By default a key is held until the job finishes (completed, dead or cancelled).
-UNFINISHED = (State.QUEUED, State.LEASED, State.RETRYING)
+from durable_jobs.states import UNFINISHED, State
 
 
 @dataclass(frozen=True)
@@ -37,6 +34,7 @@ class Unique:
 
     fields: Sequence[str] | None = None
     period: datetime.timedelta | None = None
+    # By default a key is held until the job finishes (completed, dead or cancelled).
     states: Iterable[str] = field(default=UNFINISHED)
 
     def __post_init__(self) -> None:
