@@ -101,6 +101,7 @@ def _check_queues(queues: Any) -> list[CheckMessage]:
 
 
 def _check_queue_limits(name: str, options: dict[str, Any]) -> list[CheckMessage]:
+    from durable_jobs.flow.queues import valid_global_concurrency
     from durable_jobs.flow.rates import InvalidRate, parse_rate
 
     errors: list[CheckMessage] = []
@@ -114,7 +115,7 @@ def _check_queue_limits(name: str, options: dict[str, Any]) -> list[CheckMessage
             )
         )
     limit = options.get("global_concurrency")
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+    if not valid_global_concurrency(limit):
         errors.append(
             Error(
                 f"Queue {name!r}: global_concurrency must be an integer >= 1 or None "

@@ -11,7 +11,7 @@ from django.http import HttpRequest
 
 from durable_jobs.admin.display import badge
 from durable_jobs.flow import queues
-from durable_jobs.flow.rates import InvalidRate, format_rate, parse_rate
+from durable_jobs.flow.rates import InvalidRate, parse_rate
 from durable_jobs.models import Queue
 
 
@@ -32,7 +32,7 @@ class QueueForm(forms.ModelForm):
 
     def clean_global_concurrency(self) -> int | None:
         value = self.cleaned_data.get("global_concurrency")
-        if value is not None and value < 1:
+        if not queues.valid_global_concurrency(value):
             raise forms.ValidationError("At least 1; leave it empty for no limit.")
         return value
 
@@ -81,7 +81,7 @@ class QueueAdmin(admin.ModelAdmin):
 
     @admin.display(description="rate")
     def rate_shown(self, queue: Queue) -> str:
-        return format_rate(queue.rate_limit, queue.rate_period) or "-"
+        return queue.rate or "-"
 
     @admin.action(description="Pause (no new starts on any node)", permissions=["change"])
     def pause(self, request: HttpRequest, queryset: QuerySet[Queue]) -> None:

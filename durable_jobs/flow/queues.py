@@ -72,11 +72,7 @@ def set_limits(
         limit, period = parse_rate(str(rate)) if rate else (None, None)
         changes.update(rate_limit=limit, rate_period=period)
     if global_concurrency is not UNCHANGED:
-        if global_concurrency is not None and (
-            isinstance(global_concurrency, bool)
-            or not isinstance(global_concurrency, int)
-            or global_concurrency < 1
-        ):
+        if not valid_global_concurrency(global_concurrency):
             raise ValueError(
                 f"Queue {name!r}: global_concurrency must be an integer >= 1, or None for no limit"
             )
@@ -85,25 +81,29 @@ def set_limits(
     return Queue.objects.using(using).get(name=name)
 
 
+def valid_global_concurrency(value: object) -> bool:
+    """None (no limit) or an integer >= 1."""
+    return value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= 1)
+
+
 def pause(name: str, *, using: str | None = None) -> bool:
     """Stop new starts from ``name`` on every node; True if it was running."""
-    return _set_paused([name], True, using=using) == 1
+    return bool(_set_paused([name], paused=True, using=using))
 
 
 def resume(name: str, *, using: str | None = None) -> bool:
     """Let ``name`` start jobs again; True if it was paused."""
-    return _set_paused([name], False, using=using) == 1
+    return bool(_set_paused([name], paused=False, using=using))
 
 
 def pause_all(*, using: str | None = None) -> list[str]:
     """Pause every known queue (see :func:`known`); return those that were running."""
-    names = known(using=using)
-    return _changed(names, paused=True, using=using)
+    return _set_paused(known(using=using), paused=True, using=using)
 
 
 def resume_all(*, using: str | None = None) -> list[str]:
     names = list(Queue.objects.using(using).filter(paused=True).values_list("name", flat=True))
-    return _changed(names, paused=False, using=using)
+    return _set_paused(names, paused=False, using=using)
 
 
 def known(*, using: str | None = None) -> list[str]:
@@ -144,11 +144,8 @@ def serving_nodes(
     return serving
 
 
-def _set_paused(names: list[str], paused: bool, *, using: str | None) -> int:
-    return len(_changed(names, paused=paused, using=using))
-
-
-def _changed(names: list[str], *, paused: bool, using: str | None) -> list[str]:
+def _set_paused(names: list[str], *, paused: bool, using: str | None) -> list[str]:
+    """Set ``paused`` on ``names`` (creating missing rows); return those that changed."""
     backend = backend_for(using)
     now = timezone.now()
     with backend.write_transaction():
