@@ -58,12 +58,15 @@ def _apply(
     with backend.write_transaction():
         total = jobs.count()
         selected = jobs.exclude(state__in=exclude) if exclude else jobs
-        batch_ids = set(
-            selected.filter(batch__isnull=False).order_by().values_list("batch_id", flat=True)
+        # Only a move to a final state can complete a batch.
+        batch_ids = (
+            set(selected.filter(batch__isnull=False).order_by().values_list("batch_id", flat=True))
+            if target in FINAL
+            else set()
         )
         changed = transition(
             Job.objects.using(backend.alias).filter(pk__in=selected.values("pk")), target, **changes
         )
-    if batch_ids and target in FINAL:
+    if batch_ids:
         finish_ready(batch_ids, using=backend.alias)
     return changed, total - changed
