@@ -7,7 +7,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +70,40 @@ class WorkerProcesses:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGKILL)
                 proc.wait(timeout=10)
+
+
+def logs_of(workers: WorkerProcesses, procs: Iterable[subprocess.Popen[bytes]]) -> str:
+    return "\n".join(
+        f"--- worker pid {p.pid} (exit {p.poll()}) ---\n{workers.log(p)[-4000:]}" for p in procs
+    )
+
+
+def wait_until(
+    predicate: Callable[[], Any],
+    workers: WorkerProcesses,
+    *,
+    timeout: float,
+    alive: Iterable[subprocess.Popen[bytes]] = (),
+    what: str = "",
+    interval: float = 0.05,
+) -> Any:
+    """Poll ``predicate``; fail with the logs on timeout, or if a worker in ``alive`` exits."""
+    alive = list(alive)
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        dead = [p for p in alive if p.poll() is not None]
+        if dead:
+            raise AssertionError(
+                f"worker exited while waiting for {what or predicate}\n{logs_of(workers, dead)}"
+            )
+        if time.monotonic() > deadline:
+            raise AssertionError(
+                f"not within {timeout}s: {what or predicate}\n{logs_of(workers, workers.procs)}"
+            )
+        time.sleep(interval)
 
 
 @pytest.fixture

@@ -32,7 +32,7 @@ from durable_jobs.models import Attempt, Job, Node, Outcome, Queue
 from durable_jobs.models import Batch as BatchRow
 from durable_jobs.states import State, claim
 from durable_jobs.worker import Worker
-from tests.conftest import WorkerProcesses, wait_for
+from tests.conftest import WorkerProcesses, logs_of, wait_for, wait_until
 from tests.testapp import jobs
 from tests.testapp.models import SideEffect
 
@@ -47,38 +47,6 @@ HEARTBEAT_SECONDS = 5.0
 # -- helpers --------------------------------------------------------------------------------
 
 
-def logs_of(workers: WorkerProcesses, procs: Iterable[subprocess.Popen[bytes]]) -> str:
-    return "\n".join(
-        f"--- worker pid {p.pid} (exit {p.poll()}) ---\n{workers.log(p)[-3000:]}" for p in procs
-    )
-
-
-def wait_until(
-    predicate: Callable[[], Any],
-    workers: WorkerProcesses,
-    *,
-    timeout: float,
-    what: str,
-    interval: float = 0.1,
-) -> Any:
-    """Poll ``predicate``; fail with the logs on timeout or if any worker process exits."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        dead = [p for p in workers.procs if p.poll() is not None]
-        if dead:
-            raise AssertionError(
-                f"worker exited while waiting for {what}\n{logs_of(workers, dead)}"
-            )
-        if time.monotonic() > deadline:
-            raise AssertionError(
-                f"not within {timeout}s: {what}\n{logs_of(workers, workers.procs)}"
-            )
-        time.sleep(interval)
-
-
 def start_workers(workers: WorkerProcesses, count: int, *args: str) -> list[str]:
     """Start ``count`` runworker processes; return their node names once all registered."""
     procs = [workers.start(*args) for _ in range(count)]
@@ -86,6 +54,7 @@ def start_workers(workers: WorkerProcesses, count: int, *args: str) -> list[str]
     wait_until(
         lambda: Node.objects.filter(pid__in=pids).count() == count,
         workers,
+        alive=workers.procs,
         timeout=START_TIMEOUT,
         what=f"{count} workers registered",
     )
@@ -109,19 +78,10 @@ def count_state(ids: Iterable[int], state: str) -> int:
     return Job.objects.filter(pk__in=list(ids), state=state).count()
 
 
-def attempts_per_job(ids: Iterable[int]) -> Counter[int]:
+def rows_per_job(model: type[Attempt] | type[SideEffect], ids: Iterable[int]) -> Counter[int]:
+    """How many ``model`` rows (attempts, side effects) each job has."""
     rows = (
-        Attempt.objects.filter(job_id__in=list(ids))
-        .values("job_id")
-        .annotate(n=Count("id"))
-        .values_list("job_id", "n")
-    )
-    return Counter(dict(rows))
-
-
-def side_effects_per_job(ids: Iterable[int]) -> Counter[int]:
-    rows = (
-        SideEffect.objects.filter(job_id__in=list(ids))
+        model.objects.filter(job_id__in=list(ids))
         .values("job_id")
         .annotate(n=Count("id"))
         .values_list("job_id", "n")
@@ -188,6 +148,7 @@ def test_rate_limit_holds_across_three_worker_processes(
     wait_until(
         lambda: count_state(ids, State.COMPLETED) == total,
         worker_processes,
+        alive=worker_processes.procs,
         timeout=120,
         what=f"all {total} webhooks completed",
     )
@@ -195,8 +156,8 @@ def test_rate_limit_holds_across_three_worker_processes(
     stop_workers(worker_processes)
 
     # Each job ran exactly once, to completion.
-    assert attempts_per_job(ids) == Counter(dict.fromkeys(ids, 1))
-    assert side_effects_per_job(ids) == Counter(dict.fromkeys(ids, 1))
+    assert rows_per_job(Attempt, ids) == Counter(dict.fromkeys(ids, 1))
+    assert rows_per_job(SideEffect, ids) == Counter(dict.fromkeys(ids, 1))
     assert set(Attempt.objects.filter(job_id__in=ids).values_list("outcome", flat=True)) == {
         Outcome.COMPLETED
     }
@@ -247,11 +208,12 @@ def test_concurrency_key_never_overlaps_across_two_worker_processes(
     wait_until(
         lambda: count_state(ids, State.COMPLETED) == total,
         worker_processes,
+        alive=worker_processes.procs,
         timeout=90,
         what=f"all {total} keyed jobs completed",
     )
     stop_workers(worker_processes)
-    assert attempts_per_job(ids) == Counter(dict.fromkeys(ids, 1))
+    assert rows_per_job(Attempt, ids) == Counter(dict.fromkeys(ids, 1))
 
     key_of = dict(Job.objects.filter(pk__in=ids).values_list("pk", "concurrency_key"))
     runs = defaultdict(list)  # key -> [(started, finished, job id)] of the handler runs
@@ -303,6 +265,7 @@ def test_pause_all_stops_new_starts_on_every_node_and_resume_finishes_the_rest(
     wait_until(
         lambda: count_state(ids, State.COMPLETED) >= 8,
         worker_processes,
+        alive=worker_processes.procs,
         timeout=60,
         what="the drain under way",
         interval=0.02,
@@ -318,6 +281,7 @@ def test_pause_all_stops_new_starts_on_every_node_and_resume_finishes_the_rest(
     wait_until(
         lambda: count_state(ids, State.LEASED) == 0,
         worker_processes,
+        alive=worker_processes.procs,
         timeout=30,
         what="the running jobs finished",
     )
@@ -348,14 +312,15 @@ def test_pause_all_stops_new_starts_on_every_node_and_resume_finishes_the_rest(
     wait_until(
         lambda: count_state(ids, State.COMPLETED) == total,
         worker_processes,
+        alive=worker_processes.procs,
         timeout=90,
         what="every job completed after resume",
     )
     stop_workers(worker_processes)
 
     # Nothing lost, nothing run twice.
-    assert attempts_per_job(ids) == Counter(dict.fromkeys(ids, 1))
-    assert side_effects_per_job(ids) == Counter(dict.fromkeys(ids, 1))
+    assert rows_per_job(Attempt, ids) == Counter(dict.fromkeys(ids, 1))
+    assert rows_per_job(SideEffect, ids) == Counter(dict.fromkeys(ids, 1))
     assert set(Job.objects.filter(pk__in=ids).values_list("attempts", flat=True)) == {1}
     resumed_runs = Job.objects.filter(pk__in=ids, attempted_at__gt=paused_at).count()
     assert resumed_runs == after[State.QUEUED]
@@ -473,7 +438,13 @@ def test_batch_of_200_on_four_worker_processes_runs_its_callback_once(
         callback = Job.objects.filter(name="tests.batch_done").first()
         return callback is not None and callback.is_final
 
-    wait_until(callback_done, worker_processes, timeout=120, what="the batch callback ran")
+    wait_until(
+        callback_done,
+        worker_processes,
+        alive=worker_processes.procs,
+        timeout=120,
+        what="the batch callback ran",
+    )
     time.sleep(1.0)  # a duplicate callback, if any, would be enqueued by now
     stop_workers(worker_processes)
 
@@ -481,7 +452,7 @@ def test_batch_of_200_on_four_worker_processes_runs_its_callback_once(
     assert set(items.filter(state=State.DEAD).values_list("payload__n", flat=True)) == set(
         range(0, 200, 10)
     )
-    assert attempts_per_job(items.values_list("pk", flat=True)) == Counter(
+    assert rows_per_job(Attempt, items.values_list("pk", flat=True)) == Counter(
         dict.fromkeys(items.values_list("pk", flat=True), 1)
     )
     assert (

@@ -13,9 +13,8 @@ import socket
 import subprocess
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
 
 import pytest
 from django.db import transaction
@@ -24,7 +23,7 @@ from django.utils import timezone
 
 from durable_jobs.models import Attempt, Job, Node, Outcome
 from durable_jobs.states import State
-from tests.conftest import WorkerProcesses
+from tests.conftest import WorkerProcesses, logs_of, wait_until
 from tests.testapp import jobs
 from tests.testapp.models import SideEffect
 
@@ -41,40 +40,6 @@ START_TIMEOUT = 30.0
 
 
 # -- helpers --------------------------------------------------------------------------------
-
-
-def logs_of(workers: WorkerProcesses, procs: Iterable[subprocess.Popen[bytes]]) -> str:
-    return "\n".join(
-        f"--- worker pid {p.pid} (exit {p.poll()}) ---\n{workers.log(p)[-4000:]}" for p in procs
-    )
-
-
-def wait_until(
-    predicate: Callable[[], Any],
-    workers: WorkerProcesses,
-    *,
-    timeout: float,
-    alive: Iterable[subprocess.Popen[bytes]] = (),
-    what: str = "",
-    interval: float = 0.05,
-) -> Any:
-    """Poll ``predicate``; fail with the logs on timeout, or if a worker in ``alive`` exits."""
-    alive = list(alive)
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        dead = [p for p in alive if p.poll() is not None]
-        if dead:
-            raise AssertionError(
-                f"worker exited while waiting for {what or predicate}\n{logs_of(workers, dead)}"
-            )
-        if time.monotonic() > deadline:
-            raise AssertionError(
-                f"not within {timeout}s: {what or predicate}\n{logs_of(workers, workers.procs)}"
-            )
-        time.sleep(interval)
 
 
 def wait_exit(workers: WorkerProcesses, proc: subprocess.Popen[bytes], timeout: float) -> int:
