@@ -8,10 +8,12 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
+from io import StringIO
 from pathlib import Path
 from typing import Any
 
 import pytest
+from django.core.management import call_command
 from django.db import connection
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -27,6 +29,13 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 30.0, interval: floa
         if time.monotonic() > deadline:
             raise AssertionError(f"condition not met within {timeout}s: {predicate}")
         time.sleep(interval)
+
+
+def command_output(name: str, *args: str) -> str:
+    """Run ``manage.py name args`` in-process and return what it wrote to stdout."""
+    out = StringIO()
+    call_command(name, *args, stdout=out)
+    return out.getvalue()
 
 
 @pytest.fixture

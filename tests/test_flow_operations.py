@@ -4,11 +4,10 @@ Queue, Batch and Job admin pages."""
 from __future__ import annotations
 
 import json
-from io import StringIO
 
 import pytest
 from django.contrib.auth.models import Permission, User
-from django.core.management import CommandError, call_command
+from django.core.management import CommandError
 from django.urls import reverse
 
 from durable_jobs import Batch
@@ -16,15 +15,14 @@ from durable_jobs.flow import queues
 from durable_jobs.models import Job, Node, Queue
 from durable_jobs.states import State, claim
 from durable_jobs.testing import drain
+from tests.conftest import command_output
 from tests.testapp import jobs
 
 pytestmark = pytest.mark.django_db
 
 
 def run(*args: str) -> str:
-    out = StringIO()
-    call_command("jobs", *args, stdout=out)
-    return out.getvalue()
+    return command_output("jobs", *args)
 
 
 def test_why_explains_in_text_and_json() -> None:

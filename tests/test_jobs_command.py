@@ -3,23 +3,21 @@
 from __future__ import annotations
 
 import json
-from io import StringIO
 
 import pytest
-from django.core.management import CommandError, call_command
+from django.core.management import CommandError
 
 from durable_jobs.models import Job
 from durable_jobs.states import State
 from durable_jobs.testing import drain
+from tests.conftest import command_output
 from tests.testapp import jobs
 
 pytestmark = pytest.mark.django_db
 
 
 def run(*args: str) -> str:
-    out = StringIO()
-    call_command("jobs", *args, stdout=out)
-    return out.getvalue()
+    return command_output("jobs", *args)
 
 
 def test_stats_list_show_and_errors() -> None:

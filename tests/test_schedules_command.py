@@ -7,22 +7,19 @@ import signal
 import subprocess
 import sys
 import time
-from io import StringIO
 
 import pytest
-from django.core.management import CommandError, call_command
+from django.core.management import CommandError
 
 from durable_jobs import Scheduler
 from durable_jobs.models import Job, Schedule
-from tests.conftest import ROOT, wait_for
+from tests.conftest import ROOT, command_output, wait_for
 
 pytestmark = pytest.mark.django_db
 
 
 def run(*args: str) -> str:
-    out = StringIO()
-    call_command("schedules", *args, stdout=out)
-    return out.getvalue()
+    return command_output("schedules", *args)
 
 
 def add_weekly() -> None:
