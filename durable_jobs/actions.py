@@ -1,4 +1,4 @@
-"""Operator actions on jobs (admin, CLI): retry now, cancel, discard.
+"""Operator actions on jobs (admin, CLI): retry now, cancel, discard, delete.
 
 Each goes through the state machine, so a job in a state the action does not apply
 to is skipped, never forced. Each returns ``(changed, skipped)``.
@@ -6,13 +6,20 @@ to is skipped, never forced. Each returns ``(changed, skipped)``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from django.db.models import QuerySet
 from django.utils import timezone
 
 from durable_jobs.db import backend_for
 from durable_jobs.flow.batches import finish_ready
-from durable_jobs.models import Job
+from durable_jobs.models import Attempt, Job
 from durable_jobs.states import FINAL, State, transition
+
+Action = Callable[[QuerySet[Job]], tuple[int, int]]
+
+#: Jobs per statement when an action runs in chunks.
+CHUNK = 1000
 
 
 def retry_jobs(jobs: QuerySet[Job]) -> tuple[int, int]:
@@ -49,6 +56,62 @@ def discard_jobs(jobs: QuerySet[Job]) -> tuple[int, int]:
         finished_at=timezone.now(),
         last_error="discarded by an operator",
     )
+
+
+def delete_jobs(jobs: QuerySet[Job]) -> tuple[int, int]:
+    """Jobs and their attempts go, in chunks; a running job stays (cancel it first)."""
+    return in_chunks(jobs, _delete_chunk)
+
+
+def in_chunks(
+    jobs: QuerySet[Job],
+    action: Action,
+    *,
+    size: int = CHUNK,
+    progress: Callable[[int], object] | None = None,
+) -> tuple[int, int]:
+    """Apply ``action`` to ``jobs`` ``size`` at a time, in id order, one transaction each.
+
+    Keeps each statement and transaction short however many jobs match, and lets a
+    caller show progress (``progress(n)`` after each chunk of ``n`` jobs).
+    """
+    changed = skipped = 0
+    last = 0
+    while True:
+        ids = list(jobs.filter(pk__gt=last).order_by("pk").values_list("pk", flat=True)[:size])
+        if not ids:
+            return changed, skipped
+        done, passed = action(jobs.filter(pk__in=ids))
+        changed += done
+        skipped += passed
+        last = ids[-1]
+        if progress is not None:
+            progress(len(ids))
+
+
+def _delete_chunk(jobs: QuerySet[Job]) -> tuple[int, int]:
+    backend = backend_for(jobs.db)
+    with backend.write_transaction():
+        total = jobs.count()
+        # Locked, so that no worker claims one of them between this read and the delete
+        # (claims skip locked rows).
+        rows = list(
+            Job.objects.using(backend.alias)
+            .filter(pk__in=jobs.values("pk"))
+            .exclude(state=State.LEASED)
+            .select_for_update()
+            .values_list("pk", "batch_id")
+        )
+        ids = [pk for pk, _ in rows]
+        batch_ids = {batch_id for _, batch_id in rows if batch_id is not None}
+        Attempt.objects.using(backend.alias).filter(job_id__in=ids).delete()
+        deleted = (
+            Job.objects.using(backend.alias).filter(pk__in=ids).delete()[1].get(Job._meta.label, 0)
+        )
+    if batch_ids:
+        # A batch whose last unfinished job is gone is complete.
+        finish_ready(batch_ids, using=backend.alias)
+    return deleted, total - deleted
 
 
 def _apply(

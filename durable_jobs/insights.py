@@ -1,7 +1,6 @@
-"""Read-only summaries of the job tables, for the ``jobs`` command (and dashboards).
+"""The JSON forms of jobs, queues and batches for the ``jobs`` command, and its filters.
 
-Every query here is bounded: grouped counts use the state/queue index, error groups
-look at a time window of attempts, and nothing loads rows one by one.
+The overview's figures (counts, throughput, errors) are in :mod:`durable_jobs.overview`.
 """
 
 from __future__ import annotations
@@ -9,10 +8,9 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
-from django.db.models import Count, Max, Min, Q, QuerySet
-from django.utils import timezone
+from django.db.models import Count, QuerySet
 
-from durable_jobs.models import Attempt, Batch, Job, Node, Outcome, Queue
+from durable_jobs.models import Batch, Job, Queue
 from durable_jobs.redaction import redact
 from durable_jobs.states import FINAL, UNFINISHED, State
 
@@ -66,33 +64,6 @@ def job_to_dict(job: Job, *, attempts: bool = False) -> dict[str, Any]:
     return data
 
 
-def stats() -> dict[str, Any]:
-    """Counts per queue and state, the oldest waiting job per queue, and nodes."""
-    now = timezone.now()
-    queues: dict[str, dict[str, Any]] = {}
-    for row in Job.objects.values("queue", "state").annotate(n=Count("pk")).order_by():
-        entry = queues.setdefault(row["queue"], {s.value: 0 for s in State})
-        entry[row["state"]] = row["n"]
-    waiting = (
-        Job.objects.filter(state=State.QUEUED, available_at__lte=now)
-        .values("queue")
-        .annotate(oldest=Min("available_at"))
-        .order_by()
-    )
-    for lag in waiting:
-        queues.setdefault(lag["queue"], {s.value: 0 for s in State})["lag_seconds"] = round(
-            (now - lag["oldest"]).total_seconds(), 3
-        )
-    stale_before = Node.live_after(now)
-    nodes = Node.objects.aggregate(
-        live=Count("pk", filter=Q(last_heartbeat_at__gte=stale_before)),
-        stale=Count("pk", filter=Q(last_heartbeat_at__lt=stale_before)),
-    )
-    for entry in queues.values():
-        entry.setdefault("lag_seconds", 0.0)
-    return {"queues": dict(sorted(queues.items())), "nodes": nodes}
-
-
 def queues() -> list[dict[str, Any]]:
     """Every known queue: paused or not, its limits, waiting and leased counts, live nodes."""
     from durable_jobs.flow.queues import known, serving_nodes
@@ -143,31 +114,6 @@ def batch_to_dict(batch: Batch) -> dict[str, Any]:
         "created_at": iso(batch.created_at),
         "finished_at": iso(batch.finished_at),
     }
-
-
-def error_groups(since: datetime.datetime, limit: int = 20) -> list[dict[str, Any]]:
-    """Failed attempts since ``since``, grouped by error class and message, newest first.
-
-    The root cause is the last link of the stored cause chain.
-    """
-    failures = [Outcome.FAILED, Outcome.TIMED_OUT, Outcome.LOST, Outcome.DISCARDED]
-    rows = (
-        Attempt.objects.filter(finished_at__gte=since, outcome__in=failures)
-        .values("error_class", "error_message")
-        .annotate(count=Count("pk"), last_seen=Max("finished_at"), example_job=Max("job_id"))
-        .order_by("-last_seen")[:limit]
-    )
-    return [
-        {
-            "error_class": row["error_class"],
-            "root_cause": row["error_message"].split("\ncaused by: ")[-1],
-            "message": row["error_message"].splitlines()[0] if row["error_message"] else "",
-            "count": row["count"],
-            "last_seen": iso(row["last_seen"]),
-            "example_job": row["example_job"],
-        }
-        for row in rows
-    ]
 
 
 def filtered(

@@ -31,6 +31,12 @@ class Outcome(models.TextChoices):
     INTERRUPTED = "interrupted", "Interrupted (worker stopped)"
 
 
+#: Attempt outcomes that count as failures in error groups and the failure rate.
+FAILED_OUTCOMES: tuple[str, ...] = tuple(
+    sorted(o.value for o in (Outcome.FAILED, Outcome.TIMED_OUT, Outcome.LOST, Outcome.DISCARDED))
+)
+
+
 def _claimable() -> Q:
     return Q(state__in=sorted(CLAIMABLE))
 
@@ -197,9 +203,11 @@ class Job(models.Model):
                 name="durable_job_lease_idx",
                 condition=Q(state=State.LEASED),
             ),
-            # Pruning of finished jobs and the admin's "finished" listings.
+            # Pruning of finished jobs, and the overview's recent counts and throughput
+            # (state first: "completed in the last hour" is one range; queue makes
+            # the per-queue counts index-only).
             models.Index(
-                fields=["finished_at"],
+                fields=["state", "finished_at", "queue"],
                 name="durable_job_finished_idx",
                 condition=Q(state__in=sorted(FINAL)),
             ),
@@ -215,8 +223,11 @@ class Job(models.Model):
                 name="durable_job_batch_idx",
                 condition=Q(batch__isnull=False),
             ),
-            # The admin's common filters.
-            models.Index(fields=["state", "queue"], name="durable_job_state_queue_idx"),
+            # The admin's common filters; available_at makes a queue's oldest waiting
+            # job (its lag) one index probe.
+            models.Index(
+                fields=["state", "queue", "available_at"], name="durable_job_state_queue_idx"
+            ),
             models.Index(fields=["name", "state"], name="durable_job_name_idx"),
             models.Index(fields=["created_at"], name="durable_job_created_idx"),
         ]
@@ -251,6 +262,17 @@ class Job(models.Model):
         return info if isinstance(info, dict) else {}
 
 
+class Overview(Job):
+    """The admin's overview page (a proxy, so that the admin index links to it)."""
+
+    class Meta:
+        proxy = True
+        verbose_name = "overview"
+        verbose_name_plural = "overview"
+        # Seeing it needs only the Job view permission (see OverviewAdmin).
+        default_permissions = ()
+
+
 class Attempt(models.Model):
     """One try at running a job, kept for as long as the job is."""
 
@@ -270,7 +292,16 @@ class Attempt(models.Model):
 
     class Meta:
         ordering = ["job_id", "id"]
-        indexes = [models.Index(fields=["job", "number"], name="durable_attempt_job_idx")]
+        indexes = [
+            models.Index(fields=["job", "number"], name="durable_attempt_job_idx"),
+            # Error groups and the failure rate read the newest failures only: partial,
+            # so successful attempts (the many) cost it nothing.
+            models.Index(
+                fields=["finished_at"],
+                name="durable_attempt_failed_idx",
+                condition=Q(outcome__in=FAILED_OUTCOMES),
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"attempt {self.number} of job {self.job_id}: {self.outcome}"

@@ -9,7 +9,8 @@ and those need the change permission.
 from durable_jobs.admin.batches import BatchAdmin
 from durable_jobs.admin.jobs import JobAdmin
 from durable_jobs.admin.nodes import NodeAdmin
+from durable_jobs.admin.overview import OverviewAdmin
 from durable_jobs.admin.queues import QueueAdmin
 from durable_jobs.admin.schedules import ScheduleAdmin
 
-__all__ = ["BatchAdmin", "JobAdmin", "NodeAdmin", "QueueAdmin", "ScheduleAdmin"]
+__all__ = ["BatchAdmin", "JobAdmin", "NodeAdmin", "OverviewAdmin", "QueueAdmin", "ScheduleAdmin"]

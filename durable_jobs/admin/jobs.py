@@ -5,15 +5,18 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin
-from django.db.models import QuerySet
+from django.contrib.admin import helpers
+from django.db.models import Q, QuerySet
 from django.http import HttpRequest
+from django.template.response import TemplateResponse
 from django.utils.html import format_html, format_html_join
 
 from durable_jobs import actions
 from durable_jobs.admin.display import age, badge, pretty_json, progress_bar, report
+from durable_jobs.admin.filters import CappedPaginator, ErrorFilter, NameFilter, QueueFilter
 from durable_jobs.flow.why import explain
 from durable_jobs.models import Attempt, Job
-from durable_jobs.states import CLAIMABLE, FINAL
+from durable_jobs.states import CLAIMABLE, FINAL, State
 
 ATTEMPT_FIELDS = (
     "number",
@@ -53,15 +56,18 @@ class JobAdmin(admin.ModelAdmin):
         "age",
         "leased_by",
     ]
-    list_filter = ["state", "queue", "name", "created_at"]
-    search_fields = ["name", "=idempotency_key"]
+    list_filter = ["state", QueueFilter, NameFilter, "created_at", ErrorFilter]
+    # Exact matches only (see get_search_results): each is one index probe.
+    search_fields = ["=name", "=idempotency_key"]
+    search_help_text = "A job id, a handler's full name, or an idempotency key."
     list_select_related = ["leased_by"]
     raw_id_fields = ["batch"]
     # Counting a large table on every page is what makes dashboards slow.
     show_full_result_count = False
+    paginator = CappedPaginator
     list_per_page = 50
     inlines = [AttemptInline]
-    actions = ["retry_now", "cancel", "discard"]
+    actions = ["retry_now", "cancel", "discard", "delete_jobs"]
     fieldsets = [
         (None, {"fields": ["id", "name", "queue", "state", "priority", "idempotency_key"]}),
         ("Why isn't it running?", {"fields": ["why_waiting"]}),
@@ -108,13 +114,24 @@ class JobAdmin(admin.ModelAdmin):
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
+    def get_actions(self, request: HttpRequest) -> dict[str, Any]:
+        found = super().get_actions(request)
+        # Replaced by delete_jobs, which skips running jobs and deletes in bounded chunks
+        # instead of loading every selected job.
+        found.pop("delete_selected", None)
+        return found
+
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet[Job], search_term: str
     ) -> tuple[QuerySet[Job], bool]:
-        results, duplicates = super().get_search_results(request, queryset, search_term)
-        if search_term.strip().isdigit():
-            results = results | queryset.filter(pk=int(search_term.strip()))
-        return results, duplicates
+        # Equality on indexed columns, never LIKE '%term%' over every row.
+        term = search_term.strip()
+        if not term:
+            return queryset, False
+        matches = Q(name=term) | Q(idempotency_key=term)
+        if term.isdigit() and len(term) < 19:
+            matches |= Q(pk=int(term))
+        return queryset.filter(matches), False
 
     @admin.display(description="state", ordering="state")
     def state_badge(self, job: Job) -> str:
@@ -172,3 +189,24 @@ class JobAdmin(admin.ModelAdmin):
     @admin.action(description="Discard to dead (waiting jobs)", permissions=["change"])
     def discard(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
         report(self, request, "discarded", *actions.discard_jobs(queryset), "running or finished")
+
+    @admin.action(description="Delete (jobs not running)", permissions=["delete"])
+    def delete_jobs(self, request: HttpRequest, queryset: QuerySet[Job]) -> Any:
+        if request.POST.get("post") != "yes":
+            # Deleting loses history: ask first, as Django's own delete action does.
+            return TemplateResponse(
+                request,
+                "admin/durable_jobs/job/delete_jobs_confirmation.html",
+                {
+                    **self.admin_site.each_context(request),
+                    "title": "Delete jobs?",
+                    "opts": self.model._meta,
+                    "count": queryset.count(),
+                    "running": queryset.filter(state=State.LEASED).count(),
+                    "selected": request.POST.getlist(helpers.ACTION_CHECKBOX_NAME),
+                    "select_across": request.POST.get("select_across", "0"),
+                    "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+                },
+            )
+        report(self, request, "deleted", *actions.delete_jobs(queryset), "running: cancel first")
+        return None

@@ -18,10 +18,11 @@ from django.db import OperationalError, ProgrammingError
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from durable_jobs import actions, insights
+from durable_jobs import actions, insights, overview
 from durable_jobs.flow import queues as flow_queues
 from durable_jobs.flow.why import explain
 from durable_jobs.management.output import emit_json, table
+from durable_jobs.management.progress import ProgressBar
 from durable_jobs.models import Batch, Job
 from durable_jobs.plugins.pruner import prune
 from durable_jobs.states import State
@@ -127,14 +128,27 @@ class Command(BaseCommand):
     # -- reads ------------------------------------------------------------------------------
 
     def do_stats(self, options: dict[str, Any]) -> None:
-        data = insights.stats()
+        data = overview.overview()
         if options.get("json"):
             return emit_json(self.stdout, data)
         states = [s.value for s in State]
-        rows = [[queue, *(str(c[s]) for s in states), f"{c['lag_seconds']:g}s"]
-                for queue, c in data["queues"].items()]  # fmt: skip
-        table(self.stdout, ["QUEUE", *(s.upper() for s in states), "LAG"], rows)
-        self.stdout.write(f"\nnodes: {data['nodes']['live']} live, {data['nodes']['stale']} stale")
+        rows = [
+            [q["name"], "paused" if q["paused"] else "running",
+             *(f"{q[s]}+" if s in q["capped"] else str(q[s]) for s in states),
+             "-" if q["lag_seconds"] is None else f"{q['lag_seconds']:g}s"]
+            for q in data["queues"]
+        ]  # fmt: skip
+        headers = ["QUEUE", "STATUS", *(s.upper() for s in states), "LAG"]
+        table(self.stdout, headers, rows)
+        throughput, failures = data["throughput"], data["failure_rate"]
+        rate = "-" if failures["rate"] is None else f"{100 * failures['rate']:.1f}%"
+        nodes = data["nodes"]
+        self.stdout.write(
+            f"\nFinished counts cover the last 24 hours. Last hour: {throughput['total']} "
+            f"completed (peak {throughput['peak']}/min), {failures['failed']} failed "
+            f"attempts, failure rate {rate}.\n"
+            f"Nodes: {len(nodes['live'])} live, {len(nodes['stale'])} stale."
+        )
 
     def do_list(self, options: dict[str, Any]) -> None:
         jobs = self.matching(options).select_related("leased_by").order_by("-pk")
@@ -175,7 +189,7 @@ class Command(BaseCommand):
 
     def do_errors(self, options: dict[str, Any]) -> None:
         since = options["since"] or timezone.now() - datetime.timedelta(days=1)
-        groups = insights.error_groups(since, options["limit"])
+        groups = overview.error_groups(since, options["limit"])["groups"]
         if options.get("json"):
             return emit_json(self.stdout, groups)
         rows = [[str(g["count"]), g["last_seen"][:19], g["error_class"], g["root_cause"][:70],
@@ -259,20 +273,14 @@ class Command(BaseCommand):
         self.act(options, "discard", actions.discard_jobs, "running or finished")
 
     def do_delete(self, options: dict[str, Any]) -> None:
-        def delete(jobs: QuerySet[Job]) -> tuple[int, int]:
-            deleted = jobs.delete()[1].get(Job._meta.label, 0)
-            return deleted, 0
-
-        self.act(options, "delete", delete, "")
+        self.act(options, "delete", actions.delete_jobs, "running: cancel them first")
 
     def do_prune(self, options: dict[str, Any]) -> None:
-        total = 0
-        while True:
-            deleted = prune(days=options["days"])
-            total += deleted
-            if not deleted:
-                break
-        self.stdout.write(f"Pruned {total} finished jobs.")
+        bar = ProgressBar(self.stderr, "pruned", None)
+        while deleted := prune(days=options["days"]):
+            bar.advance(deleted)
+        bar.close()
+        self.stdout.write(f"Pruned {bar.done} finished jobs.")
 
     def act(
         self,
@@ -301,7 +309,9 @@ class Command(BaseCommand):
             answer = input(f"{verb.capitalize()} {count} jobs? [y/N] ")
             if answer.strip().lower() not in ("y", "yes"):
                 raise CommandError("Nothing changed.")
-        changed, skipped = action(jobs)
+        bar = ProgressBar(self.stderr, verb, count)
+        changed, skipped = actions.in_chunks(jobs, action, progress=bar.advance)
+        bar.close()
         message = f"{verb}: {changed} changed"
         if skipped:
             message += f", {skipped} skipped ({why})"

@@ -1,0 +1,109 @@
+"""The overview page: queues, throughput, failure rate, lag, nodes and error groups.
+
+Registered on the ``Overview`` proxy model so that the admin index links to it; it
+needs only the permission to view jobs. Every figure comes from
+:mod:`durable_jobs.overview`, whose reads are bounded however large the tables are.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlencode
+
+from django.contrib import admin
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
+
+from durable_jobs import overview
+from durable_jobs.admin.display import badge
+from durable_jobs.models import Overview
+from durable_jobs.states import FINAL, UNFINISHED
+
+
+def job_list(**filters: Any) -> str:
+    """The job changelist, filtered (the parameters of JobAdmin's list filters)."""
+    return f"{reverse('admin:durable_jobs_job_changelist')}?{urlencode(filters)}"
+
+
+@admin.register(Overview)
+class OverviewAdmin(admin.ModelAdmin):
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        user = request.user
+        return user.has_perm("durable_jobs.view_job") or user.has_perm("durable_jobs.change_job")
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def get_urls(self) -> list[URLPattern]:
+        info = self.opts.app_label, self.opts.model_name
+        view = self.admin_site.admin_view(self.changelist_view)
+        return [path("", view, name="{}_{}_changelist".format(*info))]
+
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        data = overview.overview()
+        context = {
+            **self.admin_site.each_context(request),
+            "title": "Jobs overview",
+            "opts": self.opts,
+            "data": data,
+            "unfinished": list(UNFINISHED),
+            "finished": sorted(FINAL),
+            "queues": [self.queue_row(row) for row in data["queues"]],
+            "bars": self.bars(data["throughput"]),
+            "failure_percent": (
+                "-"
+                if data["failure_rate"]["rate"] is None
+                else f"{100 * data['failure_rate']['rate']:.1f}%"
+            ),
+            "errors": [
+                {**group, "jobs_url": job_list(error=group["example_attempt"])}
+                for group in data["errors"]["groups"]
+            ],
+            "job_changelist": reverse("admin:durable_jobs_job_changelist"),
+            **(extra_context or {}),
+        }
+        return TemplateResponse(request, "admin/durable_jobs/overview/overview.html", context)
+
+    @staticmethod
+    def queue_row(row: dict[str, Any]) -> dict[str, Any]:
+        states = [*UNFINISHED, *sorted(FINAL)]
+        return {
+            **row,
+            "status": badge("paused" if row["paused"] else "running"),
+            "cells": [
+                {
+                    "state": state,
+                    "count": row[state],
+                    "capped": state in row["capped"],
+                    "url": job_list(state__exact=state, queue=row["name"]),
+                }
+                for state in states
+            ],
+        }
+
+    @staticmethod
+    def bars(throughput: dict[str, Any]) -> list[dict[str, Any]]:
+        """One bar per minute, as a percentage of the busiest minute's height."""
+        peak = throughput["peak"] or 1
+        return [
+            {
+                "minute": (point["minute"] or "")[11:16],
+                "count": point["completed"],
+                "height": 0
+                if point["completed"] is None
+                else round(100 * point["completed"] / peak),
+            }
+            for point in throughput["per_minute"]
+        ]

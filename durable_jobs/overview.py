@@ -1,0 +1,285 @@
+"""The figures of the overview page (and ``jobs stats``), each read with a bounded cost.
+
+A dashboard that counts a large table on every request is the one that takes seconds
+once the table holds millions of finished jobs. Here nothing reads more than ``cap``
+index entries per figure, however large the tables grow:
+
+- waiting and running jobs are counted per queue through the ``(state, queue, …)``
+  index, at most ``cap`` per state (past that, per queue, each capped);
+- finished jobs are counted over a recent window through the ``(state, finished_at,
+  queue)`` index; when the window holds more than ``cap`` jobs it is narrowed to the
+  newest ``cap`` and says so (``since`` moves, ``capped`` is true);
+- throughput and the failure rate use the same windows (the last hour), failures
+  through a partial index over failed attempts only;
+- a queue's lag is one probe of the ``(state, queue, available_at)`` index.
+"""
+
+from __future__ import annotations
+
+import datetime
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import connections
+from django.db.models import Count, F, Max, Q, QuerySet
+from django.db.models.functions import TruncMinute
+from django.utils import timezone
+
+from durable_jobs.models import FAILED_OUTCOMES, Attempt, Job, Node, Queue
+from durable_jobs.states import FINAL, UNFINISHED, State
+
+#: The most index entries one figure reads.
+CAP = 100_000
+#: Finished jobs and error groups are counted over this recent window.
+FINISHED_WINDOW = datetime.timedelta(hours=24)
+#: Throughput and the failure rate.
+RATE_WINDOW = datetime.timedelta(hours=1)
+ERROR_GROUPS = 10
+
+
+def iso(value: datetime.datetime | None) -> str | None:
+    return value.isoformat() if value else None
+
+
+@dataclass(frozen=True)
+class Window:
+    """A recent time window over rows ordered by ``field``, narrowed to the newest ``cap``."""
+
+    field: str
+    since: datetime.datetime
+    capped: bool
+
+    @classmethod
+    def newest(
+        cls, rows: QuerySet[Any], field: str, since: datetime.datetime, cap: int = CAP
+    ) -> Window:
+        # The (cap + 1)-th newest row, read through the index in descending order: when
+        # it exists, the window starts just after it and holds at most ``cap`` rows.
+        beyond = (
+            rows.filter(**{f"{field}__gte": since})
+            .order_by(f"-{field}")
+            .values_list(field, flat=True)[cap : cap + 1]
+        )
+        boundary = next(iter(beyond), None)
+        if boundary is None:
+            return cls(field, since, capped=False)
+        return cls(field, boundary, capped=True)
+
+    def rows(self, rows: QuerySet[Any]) -> QuerySet[Any]:
+        lookup = "gt" if self.capped else "gte"
+        return rows.filter(**{f"{self.field}__{lookup}": self.since})
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"since": iso(self.since), "capped": self.capped}
+
+
+def per_queue(rows: QuerySet[Job], cap: int = CAP) -> tuple[dict[str, int], set[str]]:
+    """Rows per queue, reading at most ``cap`` + 1 rows; and the queues whose count is capped.
+
+    One grouped query over a LIMITed read; when that read is cut short, each queue is
+    counted on its own, each up to ``cap`` + 1.
+    """
+    sql, params = rows.order_by().values("queue")[: cap + 1].query.sql_with_params()
+    with connections[rows.db].cursor() as cursor:
+        cursor.execute(f"SELECT queue, COUNT(*) FROM ({sql}) capped GROUP BY queue", params)
+        counts = {queue: int(n) for queue, n in cursor.fetchall()}
+    if sum(counts.values()) <= cap:
+        return counts, set()
+    # The read stopped at cap + 1 rows, in index order: counts past the first queues are
+    # missing. Count each queue separately, each read bounded.
+    from durable_jobs.flow.queues import known
+
+    exact = {}
+    for queue in sorted(set(known(using=rows.db)) | set(counts)):
+        exact[queue] = rows.filter(queue=queue)[: cap + 1].count()
+    return exact, {q for q, n in exact.items() if n > cap}
+
+
+def queue_table(now: datetime.datetime, cap: int = CAP) -> tuple[list[dict[str, Any]], dict]:
+    """Per queue: waiting and running counts, recently finished counts, lag, paused.
+
+    Returns the rows and, per finished state, the window its counts cover.
+    """
+    from durable_jobs.flow.queues import known
+
+    counts: dict[str, dict[str, int]] = {}
+    capped: dict[str, set[str]] = {}
+    for state in UNFINISHED:
+        found, over = per_queue(Job.objects.filter(state=state), cap)
+        for queue, n in found.items():
+            counts.setdefault(queue, {})[state] = n
+        for queue in over:
+            capped.setdefault(queue, set()).add(state)
+    windows: dict[str, Window] = {}
+    for state in sorted(FINAL):
+        jobs = Job.objects.filter(state=state)
+        window = windows[state] = Window.newest(jobs, "finished_at", now - FINISHED_WINDOW, cap)
+        for row in window.rows(jobs).order_by().values("queue").annotate(n=Count("pk")):
+            counts.setdefault(row["queue"], {})[state] = row["n"]
+    paused = set(Queue.objects.filter(paused=True).values_list("name", flat=True))
+    rows = []
+    for name in sorted(set(known()) | set(counts)):
+        oldest = (
+            Job.objects.filter(state=State.QUEUED, queue=name, available_at__lte=now)
+            .order_by("available_at")
+            .values_list("available_at", flat=True)
+            .first()
+        )
+        rows.append(
+            {
+                "name": name,
+                "paused": name in paused,
+                **{s.value: counts.get(name, {}).get(s.value, 0) for s in State},
+                "capped": sorted(capped.get(name, ())),
+                "lag_seconds": round((now - oldest).total_seconds(), 3) if oldest else None,
+            }
+        )
+    return rows, {state: w.as_dict() for state, w in windows.items()}
+
+
+def throughput(now: datetime.datetime, cap: int = CAP) -> dict[str, Any]:
+    """Jobs completed per minute over the last hour (the newest ``cap`` at most)."""
+    completed = Job.objects.filter(state=State.COMPLETED)
+    start = (now - RATE_WINDOW).replace(second=0, microsecond=0) + datetime.timedelta(minutes=1)
+    window = Window.newest(completed, "finished_at", start, cap)
+    per_minute = {
+        row["minute"]: row["n"]
+        for row in window.rows(completed)
+        .annotate(minute=TruncMinute("finished_at", tzinfo=datetime.UTC))
+        .order_by()
+        .values("minute")
+        .annotate(n=Count("pk"))
+    }
+    minutes = [start + datetime.timedelta(minutes=i) for i in range(60)]
+    # Minutes wholly before a narrowed window were not counted: None, not zero.
+    first_counted = window.since.replace(second=0, microsecond=0)
+    if window.capped:
+        first_counted += datetime.timedelta(minutes=1)
+    series = [
+        {
+            "minute": iso(m),
+            "completed": per_minute.get(m, 0) if m >= first_counted else None,
+        }
+        for m in minutes
+    ]
+    counted = [point["completed"] for point in series if point["completed"] is not None]
+    return {
+        **window.as_dict(),
+        "per_minute": series,
+        "total": sum(per_minute.values()),
+        "peak": max(counted, default=0),
+    }
+
+
+def failure_rate(now: datetime.datetime, completed: int, cap: int = CAP) -> dict[str, Any]:
+    """Failed attempts ÷ (failed attempts + completed jobs), over the last hour.
+
+    Every completed job had exactly one successful attempt, so the completed count
+    from :func:`throughput` is the number of successful attempts.
+    """
+    failed_rows = Attempt.objects.filter(outcome__in=FAILED_OUTCOMES)
+    window = Window.newest(failed_rows, "finished_at", now - RATE_WINDOW, cap)
+    failed = window.rows(failed_rows).count()
+    total = failed + completed
+    return {
+        **window.as_dict(),
+        "failed": failed,
+        "completed": completed,
+        "rate": round(failed / total, 4) if total else None,
+    }
+
+
+def error_groups(
+    since: datetime.datetime, limit: int = ERROR_GROUPS, cap: int = CAP
+) -> dict[str, Any]:
+    """Failed attempts since ``since``, grouped by error class and message, newest first.
+
+    The message holds the whole cause chain; its last link is the root cause. Each
+    group names its newest attempt (``example_attempt``), by which the job list filters.
+    """
+    failed_rows = Attempt.objects.filter(outcome__in=FAILED_OUTCOMES)
+    window = Window.newest(failed_rows, "finished_at", since, cap)
+    rows = (
+        window.rows(failed_rows)
+        .values("error_class", "error_message")
+        .annotate(
+            count=Count("pk"),
+            last_seen=Max("finished_at"),
+            example_attempt=Max("pk"),
+            example_job=Max("job_id"),
+        )
+        .order_by("-last_seen")[:limit]
+    )
+    return {
+        **window.as_dict(),
+        "groups": [
+            {
+                "error_class": row["error_class"],
+                "root_cause": root_cause(row["error_message"]),
+                "message": (row["error_message"].splitlines() or [""])[0],
+                "count": row["count"],
+                "last_seen": iso(row["last_seen"]),
+                "example_attempt": row["example_attempt"],
+                "example_job": row["example_job"],
+            }
+            for row in rows
+        ],
+    }
+
+
+def root_cause(error_message: str) -> str:
+    """The last link of a stored cause chain (links are joined by 'caused by: ')."""
+    return error_message.split("\ncaused by: ")[-1].strip()
+
+
+def jobs_with_error(example_attempt: Attempt) -> QuerySet[Job]:
+    """Jobs that failed with the same error as ``example_attempt``, within the error window
+    before it (bounded through the partial index over failed attempts)."""
+    attempts = Attempt.objects.filter(
+        outcome__in=FAILED_OUTCOMES,
+        finished_at__gte=example_attempt.finished_at - FINISHED_WINDOW,
+        finished_at__lte=example_attempt.finished_at,
+        error_class=example_attempt.error_class,
+        error_message=example_attempt.error_message,
+    )
+    return Job.objects.filter(pk__in=attempts.values("job_id"))
+
+
+def nodes(now: datetime.datetime) -> dict[str, list[dict[str, Any]]]:
+    """Worker nodes, live or stale by their last heartbeat, with their running jobs."""
+    live_after = Node.live_after(now)
+    found: dict[str, list[dict[str, Any]]] = {"live": [], "stale": []}
+    rows = Node.objects.annotate(
+        running=Count("jobs", filter=Q(jobs__state=State.LEASED))
+    ).order_by(F("last_heartbeat_at").desc())
+    for node in rows:
+        group = "live" if node.last_heartbeat_at >= live_after else "stale"
+        found[group].append(
+            {
+                "name": node.name,
+                "pid": node.pid,
+                "queues": node.queues,
+                "concurrency": node.concurrency,
+                "running": node.running,
+                "stopping": node.stopping,
+                "started_at": iso(node.started_at),
+                "last_heartbeat_at": iso(node.last_heartbeat_at),
+            }
+        )
+    return found
+
+
+def overview(now: datetime.datetime | None = None, cap: int = CAP) -> dict[str, Any]:
+    """Everything the overview page shows, as JSON-ready data (the keys are stable)."""
+    now = now or timezone.now()
+    queues, finished = queue_table(now, cap)
+    rate = throughput(now, cap)
+    return {
+        "generated_at": iso(now),
+        "queues": queues,
+        "finished_windows": finished,
+        "throughput": rate,
+        "failure_rate": failure_rate(now, rate["total"], cap),
+        "nodes": nodes(now),
+        "errors": error_groups(now - FINISHED_WINDOW, ERROR_GROUPS, cap),
+    }

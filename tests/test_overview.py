@@ -1,0 +1,214 @@
+"""The overview page and its figures: counts, throughput, failure rate, lag, nodes, errors.
+
+Figures are computed from real rows on the test database; the caps that bound each
+read are exercised with a small cap, so that the narrowing is seen to happen.
+"""
+
+from __future__ import annotations
+
+import datetime
+
+import pytest
+from django.contrib.auth.models import Permission, User
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
+from django.utils import timezone
+
+from durable_jobs import overview
+from durable_jobs.flow import queues
+from durable_jobs.models import Attempt, Job, Node, Outcome
+from durable_jobs.states import State
+from durable_jobs.testing import drain
+from tests.testapp import jobs
+
+pytestmark = pytest.mark.django_db
+
+OVERVIEW = "/admin/durable_jobs/overview/"
+
+
+def finished_jobs(
+    now: datetime.datetime, minutes_ago: list[int], *, state: str = State.COMPLETED, queue="default"
+) -> None:
+    """Finished jobs, one per entry, finished that many minutes (and 10 s) before ``now``."""
+    Job.objects.bulk_create(
+        Job(
+            name="tests.noop",
+            queue=queue,
+            state=state,
+            attempts=1,
+            created_at=now - datetime.timedelta(minutes=m, seconds=20),
+            available_at=now - datetime.timedelta(minutes=m, seconds=20),
+            finished_at=now - datetime.timedelta(minutes=m, seconds=10),
+        )
+        for m in minutes_ago
+    )
+
+
+def test_counts_per_queue_and_state_with_lag() -> None:
+    now = timezone.now()
+    jobs.add.delay(a=1)
+    jobs.add.using(queue="webhooks").delay(a=2)
+    jobs.add.using(queue="webhooks", run_at=now + datetime.timedelta(hours=1)).delay(a=3)
+    Job.objects.filter(queue="default").update(available_at=now - datetime.timedelta(seconds=90))
+    finished_jobs(now, [1, 2, 3])
+    finished_jobs(now, [5], state=State.DEAD, queue="webhooks")
+    finished_jobs(now, [60 * 30], state=State.COMPLETED)  # a month ago: outside the window
+    queues.pause("webhooks")
+
+    rows = {row["name"]: row for row in overview.overview()["queues"]}
+
+    assert rows["default"]["queued"] == 1
+    assert rows["default"]["completed"] == 3
+    assert rows["default"]["lag_seconds"] == pytest.approx(90, abs=1)
+    assert not rows["default"]["paused"]
+    assert rows["webhooks"]["queued"] == 2
+    assert rows["webhooks"]["dead"] == 1
+    # The job due in an hour is not late: the lag is the one available now.
+    assert rows["webhooks"]["lag_seconds"] is not None
+    assert rows["webhooks"]["paused"]
+    assert rows["default"]["capped"] == rows["webhooks"]["capped"] == []
+
+
+def test_throughput_per_minute_and_failure_rate() -> None:
+    now = timezone.now().replace(second=30, microsecond=0)
+    finished_jobs(now, [0, 0, 1, 5, 5, 5, 59, 61, 120])
+    failed = jobs.always_fails.delay()
+    drain()  # one failed attempt, now
+
+    figures = overview.overview(now + datetime.timedelta(seconds=1))
+    per_minute = [p["completed"] for p in figures["throughput"]["per_minute"]]
+
+    assert len(per_minute) == 60
+    # The last bar is the current minute, the first one 59 minutes ago; 61 and 120
+    # minutes ago fall outside.
+    assert per_minute[-1] == 2
+    assert per_minute[-2] == 1
+    assert per_minute[-6] == 3
+    assert per_minute[0] == 1
+    assert sum(per_minute) == figures["throughput"]["total"] == 7
+    assert figures["throughput"]["peak"] == 3
+    rate = figures["failure_rate"]
+    assert (rate["failed"], rate["completed"]) == (1, 7)
+    assert rate["rate"] == pytest.approx(1 / 8, abs=1e-4)
+    assert Attempt.objects.filter(job=failed.pk, outcome=Outcome.FAILED).count() == 1
+
+
+def test_windows_narrow_to_the_cap_and_say_so() -> None:
+    now = timezone.now().replace(second=30, microsecond=0)
+    finished_jobs(now, [1, 2, 3, 4, 5, 6, 7, 8])
+    for _ in range(3):
+        jobs.add.delay(a=1)
+
+    figures = overview.overview(now, cap=5)
+
+    throughput = figures["throughput"]
+    assert throughput["capped"]
+    assert throughput["total"] == 5  # the newest five, minutes 1 to 5
+    per_minute = [p["completed"] for p in throughput["per_minute"]]
+    # Minutes before the narrowed window are "not counted", not zero.
+    assert per_minute[-7] is None
+    assert per_minute[-6:] == [1, 1, 1, 1, 1, 0]
+    assert figures["finished_windows"]["completed"]["capped"]
+    default = next(row for row in figures["queues"] if row["name"] == "default")
+    assert default["completed"] == 5
+    assert default["queued"] == 3  # under the cap: exact
+    assert default["capped"] == []
+
+    capped = overview.overview(now, cap=2)
+    default = next(row for row in capped["queues"] if row["name"] == "default")
+    assert default["queued"] == 3  # counted up to cap + 1, and marked
+    assert default["capped"] == ["queued"]
+
+
+def test_error_groups_newest_first_with_root_cause_and_a_link() -> None:
+    jobs.flaky.delay(fail_times=2)
+    jobs.always_fails.delay()
+    jobs.always_fails.delay()
+    drain(with_scheduled=True)
+
+    groups = overview.error_groups(timezone.now() - datetime.timedelta(hours=1))["groups"]
+
+    by_class = {g["error_class"]: g for g in groups}
+    assert by_class["builtins.ValueError"]["count"] == 6  # 2 jobs x 3 attempts
+    assert by_class["builtins.ValueError"]["message"] == "ValueError: cannot process"
+    assert by_class["builtins.ValueError"]["root_cause"] == "KeyError: 'missing'"
+    # Two messages ("failure 1", "failure 2"), one root cause.
+    flaky = [g for g in groups if g["error_class"] == "builtins.RuntimeError"]
+    assert len(flaky) == 2
+    assert {g["root_cause"] for g in flaky} == {"KeyError: 'root cause'"}
+    assert [g["last_seen"] for g in groups] == sorted((g["last_seen"] for g in groups), reverse=True)
+
+    example = Attempt.objects.get(pk=by_class["builtins.ValueError"]["example_attempt"])
+    matched = overview.jobs_with_error(example)
+    assert set(matched.values_list("name", flat=True)) == {"tests.always_fails"}
+    assert matched.count() == 2
+
+
+def test_nodes_live_and_stale_with_running_jobs() -> None:
+    live = Node.objects.create(name="node-live", pid=10, queues={"default": 2}, concurrency=2)
+    Node.objects.create(
+        name="node-gone", pid=11, last_heartbeat_at=timezone.now() - datetime.timedelta(hours=2)
+    )
+    job = jobs.add.delay(a=1)
+    Job.objects.filter(pk=job.pk).update(state=State.LEASED, leased_by=live)
+
+    found = overview.nodes(timezone.now())
+
+    assert [n["name"] for n in found["live"]] == ["node-live"]
+    assert found["live"][0]["running"] == 1
+    assert [n["name"] for n in found["stale"]] == ["node-gone"]
+
+
+def test_overview_page_renders_every_section(admin_client) -> None:
+    jobs.always_fails.delay()
+    jobs.add.delay(a=1)
+    drain(with_scheduled=True)
+    Node.objects.create(name="node-a", pid=1, queues={"default": 4})
+
+    page = admin_client.get(OVERVIEW)
+
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert "<h1>Jobs overview</h1>" in html
+    assert 'data-queue="default"' in html
+    assert "builtins.ValueError" in html
+    assert "KeyError: &#x27;missing&#x27;" in html
+    assert "node-a" in html
+    group = page.context["errors"][0]
+    listing = admin_client.get(group["jobs_url"])
+    assert listing.status_code == 200
+    assert [j.name for j in listing.context["cl"].result_list] == ["tests.always_fails"]
+
+
+def test_admin_index_links_to_the_overview(admin_client) -> None:
+    index = admin_client.get(reverse("admin:index"))
+    assert reverse("admin:durable_jobs_overview_changelist") == OVERVIEW
+    assert f'href="{OVERVIEW}"' in index.content.decode()
+
+
+def test_overview_needs_the_job_view_permission(client) -> None:
+    user = User.objects.create_user("viewer", password="pw", is_staff=True)
+    client.force_login(user)
+    assert client.get(OVERVIEW).status_code == 403
+    assert OVERVIEW not in client.get(reverse("admin:index")).content.decode()
+    user.user_permissions.add(Permission.objects.get(codename="view_job"))
+    assert client.get(OVERVIEW).status_code == 200
+    assert OVERVIEW in client.get(reverse("admin:index")).content.decode()
+
+
+def test_the_number_of_queries_does_not_grow_with_the_rows(admin_client) -> None:
+    def queries() -> int:
+        with CaptureQueriesContext(connection) as captured:
+            assert admin_client.get(OVERVIEW).status_code == 200
+        return len(captured)
+
+    now = timezone.now()
+    finished_jobs(now, [1])
+    jobs.add.delay(a=1)
+    few = queries()
+    finished_jobs(now, list(range(1, 300)))
+    finished_jobs(now, list(range(1, 100)), state=State.DEAD)
+    for n in range(50):
+        jobs.add.delay(a=n)
+    assert queries() == few
