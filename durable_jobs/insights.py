@@ -41,9 +41,9 @@ def job_to_dict(job: Job, *, attempts: bool = False) -> dict[str, Any]:
         "batch_id": job.batch_id,
         "concurrency_key": job.concurrency_key,
         "unique_in": [state for state in job.unique_states.split(",") if state],
-        "result": job.result,
+        "result": redact(job.result),
         "last_error": job.last_error,
-        "meta": job.meta,
+        "meta": redact(job.meta),
     }
     if attempts:
         data["attempts_detail"] = [

@@ -65,10 +65,15 @@ class ErrorFilter(admin.SimpleListFilter):
             return None
         return Attempt.objects.filter(pk=int(value), outcome__in=FAILED_OUTCOMES).first()
 
+    def has_output(self) -> bool:
+        # Shown (and applied) whenever the parameter is given, even when its attempt has
+        # gone or did not fail: the list must then be empty, not everything.
+        return bool(self.value())
+
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
         attempt = self.example()
         if attempt is None:
-            return []
+            return [(str(self.value()), "an error no longer recorded")] if self.value() else []
         return [
             (
                 str(attempt.pk),

@@ -30,6 +30,10 @@ ATTEMPT_FIELDS = (
 )
 
 
+#: Why "Retry now" skipped a job.
+RETRY_SKIPPED = "not dead, cancelled or retrying"
+
+
 class AttemptInline(admin.TabularInline):
     model = Attempt
     extra = 0
@@ -114,6 +118,23 @@ class JobAdmin(admin.ModelAdmin):
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        # A job's page is never a form: saving it would write back every column as read,
+        # racing the workers. The permission still gates the actions (asked with no obj).
+        if obj is not None:
+            return False
+        return super().has_change_permission(request)
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        # A running job is not deleted under its worker; cancel it first.
+        if obj is not None and obj.state == State.LEASED:
+            return False
+        return super().has_delete_permission(request, obj)
+
+    def delete_model(self, request: HttpRequest, obj: Job) -> None:
+        # The change page's Delete: the same path as the action (batches are finished).
+        actions.delete_jobs(Job.objects.filter(pk=obj.pk))
+
     def get_actions(self, request: HttpRequest) -> dict[str, Any]:
         found = super().get_actions(request)
         # Replaced by delete_jobs, which skips running jobs and deletes in bounded chunks
@@ -180,7 +201,7 @@ class JobAdmin(admin.ModelAdmin):
         description="Retry now (dead, cancelled or retrying jobs)", permissions=["change"]
     )
     def retry_now(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
-        report(self, request, "retried", *actions.retry_jobs(queryset), "running or already done")
+        report(self, request, "retried", *actions.retry_jobs(queryset), RETRY_SKIPPED)
 
     @admin.action(description="Cancel (waiting or running jobs)", permissions=["change"])
     def cancel(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:

@@ -7,6 +7,7 @@ needs only the permission to view jobs. Every figure comes from
 
 from __future__ import annotations
 
+import datetime
 from typing import Any
 from urllib.parse import urlencode
 
@@ -19,7 +20,15 @@ from django.urls import URLPattern, path, reverse
 from durable_jobs import overview
 from durable_jobs.admin.display import badge
 from durable_jobs.models import Overview
-from durable_jobs.states import FINAL, UNFINISHED
+from durable_jobs.states import UNFINISHED, State
+
+#: The finished states' columns, the usual outcome first.
+FINISHED_COLUMNS = [State.COMPLETED.value, State.DEAD.value, State.CANCELLED.value]
+
+
+def moment(value: str | None) -> datetime.datetime | None:
+    """An ISO time of the overview's data, back to a datetime for the template to format."""
+    return datetime.datetime.fromisoformat(value) if value else None
 
 
 def job_list(**filters: Any) -> str:
@@ -59,7 +68,7 @@ class OverviewAdmin(admin.ModelAdmin):
             "opts": self.opts,
             "data": data,
             "unfinished": list(UNFINISHED),
-            "finished": sorted(FINAL),
+            "finished": FINISHED_COLUMNS,
             "queues": [self.queue_row(row) for row in data["queues"]],
             "bars": self.bars(data["throughput"]),
             "failure_percent": (
@@ -68,9 +77,26 @@ class OverviewAdmin(admin.ModelAdmin):
                 else f"{100 * data['failure_rate']['rate']:.1f}%"
             ),
             "errors": [
-                {**group, "jobs_url": job_list(error=group["example_attempt"])}
+                {
+                    **group,
+                    "last_seen": moment(group["last_seen"]),
+                    "jobs_url": job_list(error=group["example_attempt"]),
+                }
                 for group in data["errors"]["groups"]
             ],
+            "nodes": [
+                {
+                    **node,
+                    "status": "stale"
+                    if group == "stale"
+                    else ("stopping" if node["stopping"] else "live"),
+                    "started_at": moment(node["started_at"]),
+                    "last_heartbeat_at": moment(node["last_heartbeat_at"]),
+                }
+                for group in ("live", "stale")
+                for node in data["nodes"][group]
+            ],
+            "generated_at": moment(data["generated_at"]),
             "job_changelist": reverse("admin:durable_jobs_job_changelist"),
             **(extra_context or {}),
         }
@@ -78,7 +104,7 @@ class OverviewAdmin(admin.ModelAdmin):
 
     @staticmethod
     def queue_row(row: dict[str, Any]) -> dict[str, Any]:
-        states = [*UNFINISHED, *sorted(FINAL)]
+        states = [*UNFINISHED, *FINISHED_COLUMNS]
         return {
             **row,
             "status": badge("paused" if row["paused"] else "running"),

@@ -177,7 +177,10 @@ class Command(BaseCommand):
         width = max(len(k) for k in data)
         for key, value in data.items():
             shown = json.dumps(value) if isinstance(value, dict | list) else value
-            self.stdout.write(f"{key.ljust(width)}  {'' if shown is None else shown}")
+            text = "" if shown is None else str(shown)
+            # Continuation lines (a cause chain) stay in the value column.
+            text = text.replace("\n", "\n" + " " * (width + 2))
+            self.stdout.write(f"{key.ljust(width)}  {text}")
         for attempt in attempts:
             self.stdout.write(
                 f"\nattempt {attempt['number']}: {attempt['outcome']} on {attempt['node'] or '-'}"
@@ -264,7 +267,7 @@ class Command(BaseCommand):
             )
 
     def do_retry(self, options: dict[str, Any]) -> None:
-        self.act(options, "retry", actions.retry_jobs, "running or already done")
+        self.act(options, "retry", actions.retry_jobs, "not dead, cancelled or retrying")
 
     def do_cancel(self, options: dict[str, Any]) -> None:
         self.act(options, "cancel", actions.cancel_jobs, "already finished")
