@@ -2,7 +2,8 @@
 #
 # Every target sets up what it needs: it creates .venv with `python3 -m venv` when
 # it is missing and installs the package (editable) with the extras it uses. The
-# install reruns whenever pyproject.toml changes.
+# install reruns whenever pyproject.toml changes. The test targets also install
+# Chromium when it is missing (see install-browser).
 #
 #   make demo             run the example project against a real worker (SQLite)
 #   make test             run the test suite (SQLite; DATABASE_URL picks another database)
@@ -11,6 +12,7 @@
 #   make migrations-check fail if a model change has no migration
 #   make docs             build the HTML documentation, warnings as errors
 #   make install          only set up .venv with the test extra (install-dev: the dev extra)
+#   make install-browser  install Debian's chromium for the browser tests (apt-get, as root)
 #
 # Extra pytest arguments: make test PYTEST_ARGS="-k lease -x"
 
@@ -18,6 +20,8 @@ PYTHON ?= python3
 VENV ?= .venv
 PYTEST_ARGS ?=
 POSTGRES_URL ?= postgres://postgres@127.0.0.1:5432/durable_jobs
+# tests/browser launches this binary (Debian's chromium package) through Playwright.
+CHROMIUM := /usr/bin/chromium
 
 VENV_DIR := $(abspath $(VENV))
 BIN := $(VENV_DIR)/bin
@@ -29,10 +33,10 @@ STAMP_DOCS := $(VENV_DIR)/.durable-jobs-docs.stamp
 DOCS_REQUIREMENTS := $(wildcard docs/requirements.txt)
 
 .DEFAULT_GOAL := help
-.PHONY: help install install-dev demo test test-postgres lint migrations-check docs clean
+.PHONY: help install install-dev install-browser demo test test-postgres lint migrations-check docs clean
 
 help:
-	@echo "Targets: demo test test-postgres lint migrations-check docs install install-dev clean"
+	@echo "Targets: demo test test-postgres lint migrations-check docs install install-dev install-browser clean"
 	@echo "Each one creates $(VENV) and installs what it needs on first use."
 	@echo "Pass pytest arguments with PYTEST_ARGS, e.g. make test PYTEST_ARGS='-x -k lease'."
 
@@ -54,16 +58,36 @@ install: $(STAMP_TEST)
 
 install-dev: $(STAMP_DEV)
 
+# The browser tests drive Debian's chromium; `playwright install` is never used (its
+# downloads come from a CDN that machines with registry-only access cannot reach).
+# Nothing to do when the binary is there; otherwise apt-get, which needs root.
+install-browser:
+	@if [ -x $(CHROMIUM) ]; then \
+		echo "Chromium: $(CHROMIUM)"; \
+	elif [ "$$(id -u)" -ne 0 ]; then \
+		echo "$(CHROMIUM) is missing: the browser tests need Debian's chromium package." >&2; \
+		echo "Install it as root: sudo make install-browser (or sudo apt-get install chromium)." >&2; \
+		exit 1; \
+	elif ! command -v apt-get >/dev/null; then \
+		echo "$(CHROMIUM) is missing and there is no apt-get: install Chromium there." >&2; \
+		exit 1; \
+	else \
+		echo "Installing chromium with apt-get"; \
+		apt-get update && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium && \
+		test -x $(CHROMIUM); \
+	fi
+
 demo: $(STAMP_TEST)
 	cd example_project && $(BIN)/python manage.py migrate --noinput
 	cd example_project && $(BIN)/python manage.py demo
 
 # `python -m pytest` (not `pytest`) puts the repository root on sys.path, so the
 # `tests` package and its settings import.
-test: $(STAMP_TEST)
+test: $(STAMP_TEST) install-browser
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-test-postgres: $(STAMP_TEST)
+test-postgres: $(STAMP_TEST) install-browser
 	DATABASE_URL=$(POSTGRES_URL) $(BIN)/python -m pytest $(PYTEST_ARGS)
 
 lint: $(STAMP_DEV)

@@ -15,6 +15,7 @@ from django.db.models import Q
 from django.utils import timezone
 from django.utils.timezone import now
 
+from durable_jobs.db.lookups import InConstants
 from durable_jobs.states import CLAIMABLE, FINAL, State
 
 
@@ -205,11 +206,14 @@ class Job(models.Model):
             ),
             # Pruning of finished jobs, and the overview's recent counts and throughput
             # (state first: "completed in the last hour" is one range; queue makes
-            # the per-queue counts index-only).
+            # the per-queue counts index-only). Only finished jobs have a finished_at;
+            # the condition is written on it because SQLite (unlike PostgreSQL) can use
+            # a partial index with a parameter only through an IS NOT NULL condition,
+            # which any `finished_at >= ?` implies.
             models.Index(
                 fields=["state", "finished_at", "queue"],
                 name="durable_job_finished_idx",
-                condition=Q(state__in=sorted(FINAL)),
+                condition=Q(finished_at__isnull=False),
             ),
             # Counting the leased holders of a concurrency key, inside the claim.
             models.Index(
@@ -295,7 +299,8 @@ class Attempt(models.Model):
         indexes = [
             models.Index(fields=["job", "number"], name="durable_attempt_job_idx"),
             # Error groups and the failure rate read the newest failures only: partial,
-            # so successful attempts (the many) cost it nothing.
+            # so successful attempts (the many) cost it nothing. Queries reach it with
+            # outcome__in_constants (see durable_jobs.db.lookups) for SQLite's sake.
             models.Index(
                 fields=["finished_at"],
                 name="durable_attempt_failed_idx",
@@ -365,3 +370,6 @@ class Schedule(models.Model):
 
     def __str__(self) -> str:
         return self.id
+
+
+Attempt._meta.get_field("outcome").register_lookup(InConstants)

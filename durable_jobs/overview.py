@@ -114,8 +114,9 @@ def queue_table(now: datetime.datetime, cap: int = CAP) -> tuple[list[dict[str, 
     for state in sorted(FINAL):
         jobs = Job.objects.filter(state=state)
         window = windows[state] = Window.newest(jobs, "finished_at", now - FINISHED_WINDOW, cap)
-        for row in window.rows(jobs).order_by().values("queue").annotate(n=Count("pk")):
-            counts.setdefault(row["queue"], {})[state] = row["n"]
+        # The window holds at most cap jobs, so per_queue is exact here.
+        for queue, n in per_queue(window.rows(jobs), cap)[0].items():
+            counts.setdefault(queue, {})[state] = n
     paused = set(Queue.objects.filter(paused=True).values_list("name", flat=True))
     rows = []
     for name in sorted(set(known()) | set(counts)):
@@ -148,7 +149,7 @@ def throughput(now: datetime.datetime, cap: int = CAP) -> dict[str, Any]:
         .annotate(minute=TruncMinute("finished_at", tzinfo=datetime.UTC))
         .order_by()
         .values("minute")
-        .annotate(n=Count("pk"))
+        .annotate(n=Count("*"))
     }
     minutes = [start + datetime.timedelta(minutes=i) for i in range(60)]
     # Minutes wholly before a narrowed window were not counted: None, not zero.
@@ -177,7 +178,7 @@ def failure_rate(now: datetime.datetime, completed: int, cap: int = CAP) -> dict
     Every completed job had exactly one successful attempt, so the completed count
     from :func:`throughput` is the number of successful attempts.
     """
-    failed_rows = Attempt.objects.filter(outcome__in=FAILED_OUTCOMES)
+    failed_rows = Attempt.objects.filter(outcome__in_constants=FAILED_OUTCOMES)
     window = Window.newest(failed_rows, "finished_at", now - RATE_WINDOW, cap)
     failed = window.rows(failed_rows).count()
     total = failed + completed
@@ -197,13 +198,13 @@ def error_groups(
     The message holds the whole cause chain; its last link is the root cause. Each
     group names its newest attempt (``example_attempt``), by which the job list filters.
     """
-    failed_rows = Attempt.objects.filter(outcome__in=FAILED_OUTCOMES)
+    failed_rows = Attempt.objects.filter(outcome__in_constants=FAILED_OUTCOMES)
     window = Window.newest(failed_rows, "finished_at", since, cap)
     rows = (
         window.rows(failed_rows)
         .values("error_class", "error_message")
         .annotate(
-            count=Count("pk"),
+            count=Count("*"),
             last_seen=Max("finished_at"),
             example_attempt=Max("pk"),
             example_job=Max("job_id"),
@@ -236,7 +237,7 @@ def jobs_with_error(example_attempt: Attempt) -> QuerySet[Job]:
     """Jobs that failed with the same error as ``example_attempt``, within the error window
     before it (bounded through the partial index over failed attempts)."""
     attempts = Attempt.objects.filter(
-        outcome__in=FAILED_OUTCOMES,
+        outcome__in_constants=FAILED_OUTCOMES,
         finished_at__gte=example_attempt.finished_at - FINISHED_WINDOW,
         finished_at__lte=example_attempt.finished_at,
         error_class=example_attempt.error_class,

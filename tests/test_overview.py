@@ -7,6 +7,7 @@ read are exercised with a small cap, so that the narrowing is seen to happen.
 from __future__ import annotations
 
 import datetime
+from typing import Any
 
 import pytest
 from django.contrib.auth.models import Permission, User
@@ -137,7 +138,9 @@ def test_error_groups_newest_first_with_root_cause_and_a_link() -> None:
     flaky = [g for g in groups if g["error_class"] == "builtins.RuntimeError"]
     assert len(flaky) == 2
     assert {g["root_cause"] for g in flaky} == {"KeyError: 'root cause'"}
-    assert [g["last_seen"] for g in groups] == sorted((g["last_seen"] for g in groups), reverse=True)
+    assert [g["last_seen"] for g in groups] == sorted(
+        (g["last_seen"] for g in groups), reverse=True
+    )
 
     example = Attempt.objects.get(pk=by_class["builtins.ValueError"]["example_attempt"])
     matched = overview.jobs_with_error(example)
@@ -212,3 +215,52 @@ def test_the_number_of_queries_does_not_grow_with_the_rows(admin_client) -> None
     for n in range(50):
         jobs.add.delay(a=n)
     assert queries() == few
+
+
+def plan_of(sql: str, params: Any) -> str:
+    """The query's plan, with its parameters bound as the application binds them (SQLite
+    treats a bound parameter differently from the same value written in the SQL)."""
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            # With sequential scans priced out, a Seq Scan in the plan means that no
+            # index could serve the query at all, whatever the table's size.
+            cursor.execute("SET LOCAL enable_seqscan = off")
+            cursor.execute(f"EXPLAIN {sql}", params)
+        else:
+            cursor.execute(f"EXPLAIN QUERY PLAN {sql}", params)
+        return "\n".join(str(row[-1]) for row in cursor.fetchall())
+
+
+@pytest.mark.parametrize("table", ["durable_jobs_job", "durable_jobs_attempt"])
+def test_no_figure_reads_a_whole_table(table: str) -> None:
+    now = timezone.now()
+    finished_jobs(now, [1, 2])
+    jobs.always_fails.delay()
+    jobs.add.delay(a=1)
+    drain()
+    statements: list[tuple[str, Any]] = []
+
+    def capture(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        if table in sql:
+            statements.append((sql, params))
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(capture):
+        overview.overview()
+    assert statements
+
+    for sql, params in statements:
+        plan = plan_of(sql, params)
+        if connection.vendor == "postgresql":
+            assert f"Seq Scan on {table}" not in plan, f"{sql}\n{plan}"
+        else:
+            # SEARCH walks an index range; SCAN of the table (or of a whole index) does not.
+            assert f"SCAN {table}" not in plan, f"{sql}\n{plan}"
+
+
+def test_in_constants_refuses_anything_but_short_identifiers() -> None:
+    assert Attempt.objects.filter(outcome__in_constants=["failed"]).count() == 0
+    with pytest.raises(ValueError, match="short lowercase identifiers"):
+        list(Attempt.objects.filter(outcome__in_constants=["failed') OR ('1'='1"]))
+    with pytest.raises(ValueError, match="short lowercase identifiers"):
+        list(Attempt.objects.filter(outcome__in_constants=[]))

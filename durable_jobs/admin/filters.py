@@ -99,7 +99,9 @@ class CappedPaginator(Paginator):
     def count(self) -> int:
         rows = self.object_list
         if isinstance(rows, QuerySet):
-            return rows[: self.cap + 1].count()
+            # Unordered: ordering by id would walk the primary key instead of the
+            # filter's index.
+            return rows.order_by()[: self.cap + 1].count()
         return len(rows)
 
     @property
