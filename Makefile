@@ -58,19 +58,18 @@ install: $(STAMP_TEST)
 
 install-dev: $(STAMP_DEV)
 
-# The browser tests drive Debian's chromium; `playwright install` is never used (its
-# downloads come from a CDN that machines with registry-only access cannot reach).
-# Nothing to do when the binary is there; otherwise apt-get, which needs root.
+# The browser tests drive Debian's chromium, a package kept up to date with the system,
+# rather than a browser build downloaded by `playwright install`. Nothing to do when the
+# binary is there; otherwise apt-get, which needs root. Without root or apt-get it only
+# warns, so the rest of the suite still runs (the browser test then fails, saying why).
 install-browser:
 	@if [ -x $(CHROMIUM) ]; then \
 		echo "Chromium: $(CHROMIUM)"; \
 	elif [ "$$(id -u)" -ne 0 ]; then \
 		echo "$(CHROMIUM) is missing: the browser tests need Debian's chromium package." >&2; \
 		echo "Install it as root: sudo make install-browser (or sudo apt-get install chromium)." >&2; \
-		exit 1; \
 	elif ! command -v apt-get >/dev/null; then \
 		echo "$(CHROMIUM) is missing and there is no apt-get: install Chromium there." >&2; \
-		exit 1; \
 	else \
 		echo "Installing chromium with apt-get"; \
 		apt-get update && \

@@ -1,7 +1,9 @@
 """Operator actions on jobs (admin, CLI): retry now, cancel, discard, delete.
 
 Each goes through the state machine, so a job in a state the action does not apply
-to is skipped, never forced. Each returns ``(changed, skipped)``.
+to is skipped, never forced. Each works a thousand jobs per transaction, so that no
+statement or lock grows with the selection, and returns ``(changed, skipped)``;
+``progress(n)`` is called after each chunk of ``n`` jobs.
 """
 
 from __future__ import annotations
@@ -16,71 +18,65 @@ from durable_jobs.flow.batches import finish_ready
 from durable_jobs.models import Attempt, Job
 from durable_jobs.states import FINAL, State, transition
 
-Action = Callable[[QuerySet[Job]], tuple[int, int]]
+Progress = Callable[[int], object] | None
 
-#: Jobs per statement when an action runs in chunks.
+#: Jobs per transaction.
 CHUNK = 1000
 
 
-def retry_jobs(jobs: QuerySet[Job]) -> tuple[int, int]:
+def retry_jobs(jobs: QuerySet[Job], progress: Progress = None) -> tuple[int, int]:
     """Dead, cancelled and retrying jobs go back to ``queued``, available now."""
-    now = timezone.now()
-    return _apply(
-        jobs,
-        State.QUEUED,
+
+    def retry(chunk: QuerySet[Job]) -> tuple[int, int]:
         # A leased job is running: "retry" must not pull it from under its worker.
-        exclude=[State.LEASED],
-        available_at=now,
-        finished_at=None,
-    )
+        return _move(
+            chunk, State.QUEUED, exclude=[State.LEASED], available_at=timezone.now(),
+            finished_at=None,
+        )  # fmt: skip
+
+    return _in_chunks(jobs, retry, progress)
 
 
-def cancel_jobs(jobs: QuerySet[Job]) -> tuple[int, int]:
+def cancel_jobs(jobs: QuerySet[Job], progress: Progress = None) -> tuple[int, int]:
     """Waiting or running jobs become ``cancelled``; a running job's result will be ignored."""
-    return _apply(
-        jobs,
-        State.CANCELLED,
-        finished_at=timezone.now(),
-        lease_expires_at=None,
-        leased_by=None,
-        last_error="cancelled by an operator",
-    )
+
+    def cancel(chunk: QuerySet[Job]) -> tuple[int, int]:
+        return _move(
+            chunk, State.CANCELLED, finished_at=timezone.now(), lease_expires_at=None,
+            leased_by=None, last_error="cancelled by an operator",
+        )  # fmt: skip
+
+    return _in_chunks(jobs, cancel, progress)
 
 
-def discard_jobs(jobs: QuerySet[Job]) -> tuple[int, int]:
+def discard_jobs(jobs: QuerySet[Job], progress: Progress = None) -> tuple[int, int]:
     """Waiting jobs go straight to ``dead``, kept for inspection."""
-    return _apply(
-        jobs,
-        State.DEAD,
-        exclude=[State.LEASED],
-        finished_at=timezone.now(),
-        last_error="discarded by an operator",
-    )
+
+    def discard(chunk: QuerySet[Job]) -> tuple[int, int]:
+        return _move(
+            chunk, State.DEAD, exclude=[State.LEASED], finished_at=timezone.now(),
+            last_error="discarded by an operator",
+        )  # fmt: skip
+
+    return _in_chunks(jobs, discard, progress)
 
 
-def delete_jobs(jobs: QuerySet[Job]) -> tuple[int, int]:
-    """Jobs and their attempts go, in chunks; a running job stays (cancel it first)."""
-    return in_chunks(jobs, _delete_chunk)
+def delete_jobs(jobs: QuerySet[Job], progress: Progress = None) -> tuple[int, int]:
+    """Jobs and their attempts go; a running job stays (cancel it first)."""
+    return _in_chunks(jobs, _delete, progress)
 
 
-def in_chunks(
-    jobs: QuerySet[Job],
-    action: Action,
-    *,
-    size: int = CHUNK,
-    progress: Callable[[int], object] | None = None,
+def _in_chunks(
+    jobs: QuerySet[Job], action: Callable[[QuerySet[Job]], tuple[int, int]], progress: Progress
 ) -> tuple[int, int]:
-    """Apply ``action`` to ``jobs`` ``size`` at a time, in id order, one transaction each.
-
-    Keeps each statement and transaction short however many jobs match, and lets a
-    caller show progress (``progress(n)`` after each chunk of ``n`` jobs).
-    """
+    """Apply ``action`` to ``jobs`` ``CHUNK`` at a time, in id order (keyset, not OFFSET)."""
     changed = skipped = 0
     last = 0
     while True:
-        ids = list(jobs.filter(pk__gt=last).order_by("pk").values_list("pk", flat=True)[:size])
+        ids = list(jobs.filter(pk__gt=last).order_by("pk").values_list("pk", flat=True)[:CHUNK])
         if not ids:
             return changed, skipped
+        # The caller's filters again, with the ids: a job that left them since is skipped.
         done, passed = action(jobs.filter(pk__in=ids))
         changed += done
         skipped += passed
@@ -89,7 +85,28 @@ def in_chunks(
             progress(len(ids))
 
 
-def _delete_chunk(jobs: QuerySet[Job]) -> tuple[int, int]:
+def _move(
+    jobs: QuerySet[Job], target: State, *, exclude: list[State] | None = None, **changes: object
+) -> tuple[int, int]:
+    backend = backend_for(jobs.db)
+    with backend.write_transaction():
+        total = jobs.count()
+        selected = jobs.exclude(state__in=exclude) if exclude else jobs
+        # Only a move to a final state can complete a batch.
+        batch_ids = (
+            set(selected.filter(batch__isnull=False).order_by().values_list("batch_id", flat=True))
+            if target in FINAL
+            else set()
+        )
+        changed = transition(
+            Job.objects.using(backend.alias).filter(pk__in=selected.values("pk")), target, **changes
+        )
+    if batch_ids:
+        finish_ready(batch_ids, using=backend.alias)
+    return changed, total - changed
+
+
+def _delete(jobs: QuerySet[Job]) -> tuple[int, int]:
     backend = backend_for(jobs.db)
     with backend.write_transaction():
         total = jobs.count()
@@ -112,24 +129,3 @@ def _delete_chunk(jobs: QuerySet[Job]) -> tuple[int, int]:
         # A batch whose last unfinished job is gone is complete.
         finish_ready(batch_ids, using=backend.alias)
     return deleted, total - deleted
-
-
-def _apply(
-    jobs: QuerySet[Job], target: State, *, exclude: list[State] | None = None, **changes: object
-) -> tuple[int, int]:
-    backend = backend_for(jobs.db)
-    with backend.write_transaction():
-        total = jobs.count()
-        selected = jobs.exclude(state__in=exclude) if exclude else jobs
-        # Only a move to a final state can complete a batch.
-        batch_ids = (
-            set(selected.filter(batch__isnull=False).order_by().values_list("batch_id", flat=True))
-            if target in FINAL
-            else set()
-        )
-        changed = transition(
-            Job.objects.using(backend.alias).filter(pk__in=selected.values("pk")), target, **changes
-        )
-    if batch_ids:
-        finish_ready(batch_ids, using=backend.alias)
-    return changed, total - changed

@@ -15,7 +15,6 @@ from django.db.models import Q
 from django.utils import timezone
 from django.utils.timezone import now
 
-from durable_jobs.db.lookups import InConstants
 from durable_jobs.states import CLAIMABLE, FINAL, State
 
 
@@ -370,6 +369,3 @@ class Schedule(models.Model):
 
     def __str__(self) -> str:
         return self.id
-
-
-Attempt._meta.get_field("outcome").register_lookup(InConstants)

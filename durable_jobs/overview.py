@@ -17,6 +17,7 @@ index entries per figure, however large the tables grow:
 from __future__ import annotations
 
 import datetime
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,10 +77,13 @@ class Window:
 def per_queue(rows: QuerySet[Job], cap: int = CAP) -> tuple[dict[str, int], set[str]]:
     """Rows per queue, reading at most ``cap`` + 1 rows; and the queues whose count is capped.
 
-    One grouped query over a LIMITed read; when that read is cut short, each queue is
-    counted on its own, each up to ``cap`` + 1.
+    One grouped query over a LIMITed read (the LIMIT also keeps SQLite from flattening
+    the subquery, so the inner read keeps its own index). When that read is cut short,
+    each queue is counted on its own, each up to ``cap`` + 1, and a capped count is
+    reported as ``cap`` ("more than cap").
     """
-    sql, params = rows.order_by().values("queue")[: cap + 1].query.sql_with_params()
+    limited = rows.order_by().values("queue")[: cap + 1]
+    sql, params = limited.query.get_compiler(using=rows.db).as_sql()
     with connections[rows.db].cursor() as cursor:
         cursor.execute(f"SELECT queue, COUNT(*) FROM ({sql}) capped GROUP BY queue", params)
         counts = {queue: int(n) for queue, n in cursor.fetchall()}
@@ -87,12 +91,20 @@ def per_queue(rows: QuerySet[Job], cap: int = CAP) -> tuple[dict[str, int], set[
         return counts, set()
     # The read stopped at cap + 1 rows, in index order: counts past the first queues are
     # missing. Count each queue separately, each read bounded.
-    from durable_jobs.flow.queues import known
+    exact = {q: rows.filter(queue=q)[: cap + 1].count() for q in declared_queues(counts)}
+    over = {q for q, n in exact.items() if n > cap}
+    return {q: min(n, cap) for q, n in exact.items()}, over
 
-    exact = {}
-    for queue in sorted(set(known(using=rows.db)) | set(counts)):
-        exact[queue] = rows.filter(queue=queue)[: cap + 1].count()
-    return exact, {q for q, n in exact.items() if n > cap}
+
+def declared_queues(seen: Iterable[str] = ()) -> list[str]:
+    """The queues of the settings, the queue table and the nodes, plus ``seen``.
+
+    Not :func:`durable_jobs.flow.queues.known`, which also reads every waiting job's
+    queue: a backlog of millions would make that the slowest read of the page.
+    """
+    from durable_jobs.flow.queues import declared
+
+    return sorted(set(declared()) | set(seen))
 
 
 def queue_table(now: datetime.datetime, cap: int = CAP) -> tuple[list[dict[str, Any]], dict]:
@@ -100,8 +112,6 @@ def queue_table(now: datetime.datetime, cap: int = CAP) -> tuple[list[dict[str, 
 
     Returns the rows and, per finished state, the window its counts cover.
     """
-    from durable_jobs.flow.queues import known
-
     counts: dict[str, dict[str, int]] = {}
     capped: dict[str, set[str]] = {}
     for state in UNFINISHED:
@@ -119,7 +129,7 @@ def queue_table(now: datetime.datetime, cap: int = CAP) -> tuple[list[dict[str, 
             counts.setdefault(queue, {})[state] = n
     paused = set(Queue.objects.filter(paused=True).values_list("name", flat=True))
     rows = []
-    for name in sorted(set(known()) | set(counts)):
+    for name in declared_queues(counts):
         oldest = (
             Job.objects.filter(state=State.QUEUED, queue=name, available_at__lte=now)
             .order_by("available_at")
@@ -141,8 +151,7 @@ def queue_table(now: datetime.datetime, cap: int = CAP) -> tuple[list[dict[str, 
 def throughput(now: datetime.datetime, cap: int = CAP) -> dict[str, Any]:
     """Jobs completed per minute over the last hour (the newest ``cap`` at most)."""
     completed = Job.objects.filter(state=State.COMPLETED)
-    start = (now - RATE_WINDOW).replace(second=0, microsecond=0) + datetime.timedelta(minutes=1)
-    window = Window.newest(completed, "finished_at", start, cap)
+    window = Window.newest(completed, "finished_at", hour_start(now), cap)
     per_minute = {
         row["minute"]: row["n"]
         for row in window.rows(completed)
@@ -151,7 +160,7 @@ def throughput(now: datetime.datetime, cap: int = CAP) -> dict[str, Any]:
         .values("minute")
         .annotate(n=Count("*"))
     }
-    minutes = [start + datetime.timedelta(minutes=i) for i in range(60)]
+    minutes = [hour_start(now) + datetime.timedelta(minutes=i) for i in range(60)]
     # Minutes wholly before a narrowed window were not counted: None, not zero.
     first_counted = window.since.replace(second=0, microsecond=0)
     if window.capped:
@@ -172,15 +181,28 @@ def throughput(now: datetime.datetime, cap: int = CAP) -> dict[str, Any]:
     }
 
 
-def failure_rate(now: datetime.datetime, completed: int, cap: int = CAP) -> dict[str, Any]:
+def hour_start(now: datetime.datetime) -> datetime.datetime:
+    """The start of the last hour's 60 minute buckets, the current minute being the last."""
+    return now.replace(second=0, microsecond=0) - datetime.timedelta(minutes=59)
+
+
+def failure_rate(now: datetime.datetime, cap: int = CAP) -> dict[str, Any]:
     """Failed attempts ÷ (failed attempts + completed jobs), over the last hour.
 
-    Every completed job had exactly one successful attempt, so the completed count
-    from :func:`throughput` is the number of successful attempts.
+    Every completed job had exactly one successful attempt, so completed jobs count the
+    successful attempts. Both are counted over one window: the narrower of the two
+    when either holds more than ``cap`` rows.
     """
     failed_rows = Attempt.objects.filter(outcome__in_constants=FAILED_OUTCOMES)
-    window = Window.newest(failed_rows, "finished_at", now - RATE_WINDOW, cap)
+    completed_rows = Job.objects.filter(state=State.COMPLETED)
+    start = hour_start(now)
+    window = max(
+        Window.newest(failed_rows, "finished_at", start, cap),
+        Window.newest(completed_rows, "finished_at", start, cap),
+        key=lambda w: (w.since, w.capped),
+    )
     failed = window.rows(failed_rows).count()
+    completed = window.rows(completed_rows).count()
     total = failed + completed
     return {
         **window.as_dict(),
@@ -200,16 +222,17 @@ def error_groups(
     """
     failed_rows = Attempt.objects.filter(outcome__in_constants=FAILED_OUTCOMES)
     window = Window.newest(failed_rows, "finished_at", since, cap)
-    rows = (
+    rows = list(
         window.rows(failed_rows)
         .values("error_class", "error_message")
-        .annotate(
-            count=Count("*"),
-            last_seen=Max("finished_at"),
-            example_attempt=Max("pk"),
-            example_job=Max("job_id"),
-        )
+        .annotate(count=Count("*"), last_seen=Max("finished_at"), example_attempt=Max("pk"))
         .order_by("-last_seen")[:limit]
+    )
+    # The job of each group's newest attempt (one query for the page of groups).
+    job_of = dict(
+        Attempt.objects.filter(pk__in=[row["example_attempt"] for row in rows]).values_list(
+            "pk", "job_id"
+        )
     )
     return {
         **window.as_dict(),
@@ -221,7 +244,7 @@ def error_groups(
                 "count": row["count"],
                 "last_seen": iso(row["last_seen"]),
                 "example_attempt": row["example_attempt"],
-                "example_job": row["example_job"],
+                "example_job": job_of.get(row["example_attempt"]),
             }
             for row in rows
         ],
@@ -233,17 +256,18 @@ def root_cause(error_message: str) -> str:
     return error_message.split("\ncaused by: ")[-1].strip()
 
 
-def jobs_with_error(example_attempt: Attempt) -> QuerySet[Job]:
+def jobs_with_error(example_attempt: Attempt, cap: int = CAP) -> QuerySet[Job]:
     """Jobs that failed with the same error as ``example_attempt``, within the error window
-    before it (bounded through the partial index over failed attempts)."""
+    before it: at most the jobs of its newest ``cap`` such attempts, read through the
+    partial index over failed attempts."""
     attempts = Attempt.objects.filter(
         outcome__in_constants=FAILED_OUTCOMES,
         finished_at__gte=example_attempt.finished_at - FINISHED_WINDOW,
         finished_at__lte=example_attempt.finished_at,
         error_class=example_attempt.error_class,
         error_message=example_attempt.error_message,
-    )
-    return Job.objects.filter(pk__in=attempts.values("job_id"))
+    ).order_by("-finished_at")
+    return Job.objects.filter(pk__in=attempts.values("job_id")[:cap])
 
 
 def nodes(now: datetime.datetime) -> dict[str, list[dict[str, Any]]]:
@@ -280,7 +304,7 @@ def overview(now: datetime.datetime | None = None, cap: int = CAP) -> dict[str, 
         "queues": queues,
         "finished_windows": finished,
         "throughput": rate,
-        "failure_rate": failure_rate(now, rate["total"], cap),
+        "failure_rate": failure_rate(now, cap),
         "nodes": nodes(now),
         "errors": error_groups(now - FINISHED_WINDOW, ERROR_GROUPS, cap),
     }

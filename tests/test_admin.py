@@ -500,6 +500,15 @@ def test_change_permission_runs_state_actions_and_delete_needs_delete(client) ->
     assert not Job.objects.filter(pk=job.pk).exists()
 
 
+def test_delete_without_change_permission_is_refused(client) -> None:
+    staff(client, "view_job", "delete_job")
+    job = jobs.add.delay(a=1)
+
+    assert client.get(changelist("job")).context["action_form"] is None
+    act(client, "delete_jobs", [job.pk], post="yes")
+    assert Job.objects.filter(pk=job.pk).exists()
+
+
 # -- nodes, queues, schedules ------------------------------------------------------------------
 
 

@@ -300,7 +300,10 @@ def test_errors_groups_failures_by_error() -> None:
     drain(with_scheduled=True)
     assert set(Job.objects.filter(pk__in=failing).values_list("state", flat=True)) == {"dead"}
 
-    groups = run_json("errors")  # newest first: always_fails ran its retries last
+    found = run_json("errors")
+    assert set(found) == {"since", "capped", "groups"}
+    assert found["capped"] is False
+    groups = found["groups"]  # newest first: always_fails ran its retries last
     assert [g["error_class"] for g in groups] == ["builtins.ValueError", "builtins.RuntimeError"]
     for group in groups:
         assert set(group) == ERROR_KEYS
@@ -308,12 +311,16 @@ def test_errors_groups_failures_by_error() -> None:
     assert value_error["count"] == 6  # 2 jobs x 3 attempts
     assert value_error["root_cause"] == "KeyError: 'missing'"
     assert value_error["message"] == "ValueError: cannot process"
+    # The example job is the job of the example attempt (the group's newest).
     assert value_error["example_job"] in failing
-    assert Attempt.objects.get(pk=value_error["example_attempt"]).job_id in failing
+    assert (
+        Attempt.objects.get(pk=value_error["example_attempt"]).job_id == value_error["example_job"]
+    )
     assert (runtime_error["count"], runtime_error["example_job"]) == (1, flaky.pk)
     assert runtime_error["message"] == "RuntimeError: failure 1"
     assert runtime_error["root_cause"] == "KeyError: 'root cause'"
-    assert [g["error_class"] for g in run_json("errors", "--limit", "1")] == ["builtins.ValueError"]
+    limited = run_json("errors", "--limit", "1")["groups"]
+    assert [g["error_class"] for g in limited] == ["builtins.ValueError"]
 
     headers = ["COUNT", "LAST SEEN", "ERROR", "ROOT CAUSE", "EXAMPLE JOB"]
     assert parse_table(run("errors"), headers) == [
@@ -329,11 +336,11 @@ def test_errors_groups_failures_by_error() -> None:
     Attempt.objects.filter(job_id__in=failing).update(
         finished_at=timezone.now() - datetime.timedelta(days=3)
     )
-    assert [g["error_class"] for g in run_json("errors")] == ["builtins.RuntimeError"]
-    assert [g["error_class"] for g in run_json("errors", "--since", "2h")] == [
+    assert [g["error_class"] for g in run_json("errors")["groups"]] == ["builtins.RuntimeError"]
+    assert [g["error_class"] for g in run_json("errors", "--since", "2h")["groups"]] == [
         "builtins.RuntimeError"
     ]
-    assert len(run_json("errors", "--since", "4d")) == 2
+    assert len(run_json("errors", "--since", "4d")["groups"]) == 2
     Attempt.objects.all().delete()
     assert run("errors").strip() == "Nothing to show."
 

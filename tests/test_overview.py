@@ -65,10 +65,17 @@ def test_counts_per_queue_and_state_with_lag() -> None:
     assert not rows["default"]["paused"]
     assert rows["webhooks"]["queued"] == 2
     assert rows["webhooks"]["dead"] == 1
-    # The job due in an hour is not late: the lag is the one available now.
-    assert rows["webhooks"]["lag_seconds"] is not None
+    # The job due in an hour is not late: the lag is the one available now, just enqueued.
+    assert rows["webhooks"]["lag_seconds"] == pytest.approx(0, abs=5)
     assert rows["webhooks"]["paused"]
     assert rows["default"]["capped"] == rows["webhooks"]["capped"] == []
+
+
+def test_a_queue_with_only_future_jobs_has_no_lag() -> None:
+    jobs.add.using(queue="emails", run_in=datetime.timedelta(hours=1)).delay(a=1)
+    emails = next(row for row in overview.overview()["queues"] if row["name"] == "emails")
+    assert emails["queued"] == 1
+    assert emails["lag_seconds"] is None
 
 
 def test_throughput_per_minute_and_failure_rate() -> None:
@@ -118,8 +125,24 @@ def test_windows_narrow_to_the_cap_and_say_so() -> None:
 
     capped = overview.overview(now, cap=2)
     default = next(row for row in capped["queues"] if row["name"] == "default")
-    assert default["queued"] == 3  # counted up to cap + 1, and marked
+    assert default["queued"] == 2  # "more than 2": the cap, marked as capped
     assert default["capped"] == ["queued"]
+
+
+def test_the_failure_rate_counts_failures_and_completions_over_one_window() -> None:
+    now = timezone.now().replace(second=30, microsecond=0)
+    finished_jobs(now, [1, 2, 3, 4, 5, 6, 7, 8])  # more completions than the cap of 5
+    failed = jobs.always_fails.delay()
+    drain()
+    # A failure 50 minutes ago falls outside the narrowed window, with the completions
+    # that happened then: neither is counted.
+    Attempt.objects.filter(job=failed.pk).update(finished_at=now - datetime.timedelta(minutes=50))
+
+    rate = overview.failure_rate(now, cap=5)
+
+    assert rate["capped"]
+    assert (rate["failed"], rate["completed"]) == (0, 5)
+    assert rate["rate"] == 0
 
 
 def test_error_groups_newest_first_with_root_cause_and_a_link() -> None:
@@ -182,6 +205,27 @@ def test_overview_page_renders_every_section(admin_client) -> None:
     listing = admin_client.get(group["jobs_url"])
     assert listing.status_code == 200
     assert [j.name for j in listing.context["cl"].result_list] == ["tests.always_fails"]
+
+
+def test_finished_counts_link_to_the_same_window(admin_client) -> None:
+    now = timezone.now()
+    finished_jobs(now, [5, 10])
+    finished_jobs(now, [60 * 48])  # two days ago: in the table, not in the 24 h window
+    page = admin_client.get(OVERVIEW)
+    default = next(q for q in page.context["queues"] if q["name"] == "default")
+    completed = default["finished"][0]
+    assert completed["count"] == 2
+    listing = admin_client.get(completed["url"])
+    assert listing.status_code == 200
+    assert len(listing.context["cl"].result_list) == 2
+
+
+def test_odd_ids_in_the_job_list_are_no_match_not_an_error(admin_client) -> None:
+    jobs.add.delay(a=1)
+    for params in ({"q": "²"}, {"error": "²"}, {"error": "12abc"}, {"q": "9" * 30}):
+        listing = admin_client.get(reverse("admin:durable_jobs_job_changelist"), params)
+        assert listing.status_code == 200, params
+        assert list(listing.context["cl"].result_list) == [], params
 
 
 def test_admin_index_links_to_the_overview(admin_client) -> None:

@@ -22,13 +22,18 @@ from durable_jobs.registry import all_handlers
 
 
 class QueueFilter(admin.SimpleListFilter):
+    """Queues of the settings, the queue table and the nodes; any other still filters."""
+
     title = "queue"
     parameter_name = "queue"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        from durable_jobs.flow.queues import known
+        from durable_jobs.flow.queues import declared
 
-        return [(name, name) for name in known()]
+        names = set(declared())
+        if self.value():
+            names.add(str(self.value()))
+        return [(name, name) for name in sorted(names)]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Job]) -> QuerySet[Job]:
         return queryset.filter(queue=self.value()) if self.value() else queryset
@@ -61,7 +66,8 @@ class ErrorFilter(admin.SimpleListFilter):
 
     def example(self) -> Attempt | None:
         value = self.value()
-        if not value or not str(value).isdigit():
+        # isdecimal, not isdigit: int() refuses digits such as "²".
+        if not value or not (str(value).isascii() and str(value).isdecimal()):
             return None
         return Attempt.objects.filter(pk=int(value), outcome__in=FAILED_OUTCOMES).first()
 

@@ -150,7 +150,7 @@ class JobAdmin(admin.ModelAdmin):
         if not term:
             return queryset, False
         matches = Q(name=term) | Q(idempotency_key=term)
-        if term.isdigit() and len(term) < 19:
+        if term.isascii() and term.isdecimal() and len(term) < 19:
             matches |= Q(pk=int(term))
         return queryset.filter(matches), False
 
@@ -211,9 +211,14 @@ class JobAdmin(admin.ModelAdmin):
     def discard(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
         report(self, request, "discarded", *actions.discard_jobs(queryset), "running or finished")
 
-    @admin.action(description="Delete (jobs not running)", permissions=["delete"])
+    def has_delete_jobs_permission(self, request: HttpRequest) -> bool:
+        # Like every action, deleting needs the change permission; it also needs delete.
+        return self.has_change_permission(request) and self.has_delete_permission(request)
+
+    @admin.action(description="Delete (jobs not running)", permissions=["delete_jobs"])
     def delete_jobs(self, request: HttpRequest, queryset: QuerySet[Job]) -> Any:
         if request.POST.get("post") != "yes":
+            count = queryset.order_by()[: CappedPaginator.cap + 1].count()
             # Deleting loses history: ask first, as Django's own delete action does.
             return TemplateResponse(
                 request,
@@ -222,7 +227,8 @@ class JobAdmin(admin.ModelAdmin):
                     **self.admin_site.each_context(request),
                     "title": "Delete jobs?",
                     "opts": self.model._meta,
-                    "count": queryset.count(),
+                    "count": min(count, CappedPaginator.cap),
+                    "more": count > CappedPaginator.cap,
                     "running": queryset.filter(state=State.LEASED).count(),
                     "selected": request.POST.getlist(helpers.ACTION_CHECKBOX_NAME),
                     "select_across": request.POST.get("select_across", "0"),

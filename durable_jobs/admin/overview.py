@@ -69,7 +69,7 @@ class OverviewAdmin(admin.ModelAdmin):
             "data": data,
             "unfinished": list(UNFINISHED),
             "finished": FINISHED_COLUMNS,
-            "queues": [self.queue_row(row) for row in data["queues"]],
+            "queues": [self.queue_row(row, data["finished_windows"]) for row in data["queues"]],
             "bars": self.bars(data["throughput"]),
             "failure_percent": (
                 "-"
@@ -103,19 +103,23 @@ class OverviewAdmin(admin.ModelAdmin):
         return TemplateResponse(request, "admin/durable_jobs/overview/overview.html", context)
 
     @staticmethod
-    def queue_row(row: dict[str, Any]) -> dict[str, Any]:
-        states = [*UNFINISHED, *FINISHED_COLUMNS]
+    def queue_row(row: dict[str, Any], windows: dict[str, Any]) -> dict[str, Any]:
+        """A queue's cells: waiting and running counts, its lag, then the recent finished
+        counts, each linking to the job list filtered the same way."""
+
+        def cell(state: str, **filters: Any) -> dict[str, Any]:
+            return {
+                "count": row[state],
+                "capped": state in row["capped"],
+                "url": job_list(state__exact=state, queue=row["name"], **filters),
+            }
+
         return {
             **row,
             "status": badge("paused" if row["paused"] else "running"),
-            "cells": [
-                {
-                    "state": state,
-                    "count": row[state],
-                    "capped": state in row["capped"],
-                    "url": job_list(state__exact=state, queue=row["name"]),
-                }
-                for state in states
+            "waiting": [cell(state) for state in UNFINISHED],
+            "finished": [
+                cell(state, finished_at__gte=windows[state]["since"]) for state in FINISHED_COLUMNS
             ],
         }
 

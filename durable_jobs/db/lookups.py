@@ -14,7 +14,7 @@ from typing import Any
 
 from django.db.models import Lookup
 
-_CONSTANT = re.compile(r"^[a-z_]{1,32}$")
+_CONSTANT = re.compile(r"[a-z_]{1,32}")
 
 
 class InConstants(Lookup):
@@ -25,7 +25,7 @@ class InConstants(Lookup):
     def as_sql(self, compiler: Any, connection: Any) -> tuple[str, tuple[Any, ...]]:
         lhs, lhs_params = self.process_lhs(compiler, connection)
         values = list(self.rhs)
-        if not values or not all(isinstance(v, str) and _CONSTANT.match(v) for v in values):
+        if not values or not all(isinstance(v, str) and _CONSTANT.fullmatch(v) for v in values):
             raise ValueError(f"in_constants takes short lowercase identifiers, not {values!r}")
         # The order and spelling of Django's own rendering of the index condition.
         listed = ", ".join(f"'{value}'" for value in values)

@@ -106,13 +106,19 @@ def resume_all(*, using: str | None = None) -> list[str]:
     return _set_paused(names, paused=False, using=using)
 
 
-def known(*, using: str | None = None) -> list[str]:
-    """Every queue anything knows of: rows, settings, live nodes, and waiting jobs."""
+def declared(*, using: str | None = None) -> list[str]:
+    """The queues of the queue table, the settings and the registered nodes."""
     names = set(Queue.objects.using(using).values_list("name", flat=True))
     names.update(get_settings().queues)
     for served in Node.objects.using(using).values_list("queues", flat=True):
         if isinstance(served, dict):
             names.update(served)
+    return sorted(names)
+
+
+def known(*, using: str | None = None) -> list[str]:
+    """Every queue anything knows of: :func:`declared` ones and those of waiting jobs."""
+    names = set(declared(using=using))
     # Read through the partial claim index: only waiting jobs, however large the table.
     names.update(
         Job.objects.using(using)

@@ -192,12 +192,16 @@ class Command(BaseCommand):
 
     def do_errors(self, options: dict[str, Any]) -> None:
         since = options["since"] or timezone.now() - datetime.timedelta(days=1)
-        groups = overview.error_groups(since, options["limit"])["groups"]
+        found = overview.error_groups(since, options["limit"])
         if options.get("json"):
-            return emit_json(self.stdout, groups)
+            return emit_json(self.stdout, found)
         rows = [[str(g["count"]), g["last_seen"][:19], g["error_class"], g["root_cause"][:70],
-                 str(g["example_job"])] for g in groups]  # fmt: skip
+                 str(g["example_job"])] for g in found["groups"]]  # fmt: skip
         table(self.stdout, ["COUNT", "LAST SEEN", "ERROR", "ROOT CAUSE", "EXAMPLE JOB"], rows)
+        if found["capped"]:
+            self.stdout.write(
+                f"\nMore failures than are read at once: counted since {found['since'][:19]}."
+            )
 
     def do_why(self, options: dict[str, Any]) -> None:
         job = Job.objects.select_related("leased_by").filter(pk=options["id"]).first()
@@ -289,7 +293,7 @@ class Command(BaseCommand):
         self,
         options: dict[str, Any],
         verb: str,
-        action: Callable[[QuerySet[Job]], tuple[int, int]],
+        action: Callable[[QuerySet[Job], actions.Progress], tuple[int, int]],
         why: str,
     ) -> None:
         has_filter = any(options.get(k) for k in ("state", "queue", "name", "since", "batch"))
@@ -313,7 +317,7 @@ class Command(BaseCommand):
             if answer.strip().lower() not in ("y", "yes"):
                 raise CommandError("Nothing changed.")
         bar = ProgressBar(self.stderr, verb, count)
-        changed, skipped = actions.in_chunks(jobs, action, progress=bar.advance)
+        changed, skipped = action(jobs, bar.advance)
         bar.close()
         message = f"{verb}: {changed} changed"
         if skipped:
