@@ -208,3 +208,8 @@ def batch_done(context: JobContext, label: str) -> dict:
 def progress_loop(context: JobContext, steps: int = 1000) -> None:
     for i in range(steps):
         context.progress(100 * i / steps)
+
+
+# Handlers of other test areas live in their own modules; importing them here registers
+# them, since only jobs.py is autodiscovered.
+from tests.testapp import crash_jobs, partition_jobs, requestable_jobs  # noqa: E402, F401

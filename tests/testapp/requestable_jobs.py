@@ -1,0 +1,3 @@
+"""Handlers that HTTP clients may request (the client boundary tests)."""
+
+from __future__ import annotations
