@@ -36,15 +36,10 @@ Each database is handled by a child process (``--phase``) with its own settings
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime
 import json
-import math
-import os
-import platform
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -53,11 +48,15 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
+if __package__ in (None, ""):
+    # Run as a script: the repository's root must be importable for ``benchmarks.harness``.
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks import harness
+from benchmarks.harness import log, percentile
+
 SETTINGS_MODULE = "benchmarks.admin_settings"
-RESULT_PREFIX = "ADMIN-PAGES-RESULT "
-MARK_START = "<!-- admin-pages:start -->"
-MARK_END = "<!-- admin-pages:end -->"
+MARKERS = harness.Markers("admin-pages")
 DEFAULT_JOBS = {"postgres": 1_000_000, "sqlite": 100_000}
 LABELS = {"postgres": "PostgreSQL", "sqlite": "SQLite"}
 #: Bump when the generated data changes, so that ``--reuse`` does not measure old data.
@@ -144,41 +143,8 @@ def traceback_for(error_class: str, message: str) -> str:
     )
 
 
-# ================================================================================================
-# Shared helpers
-# ================================================================================================
-
-
-def log(message: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
-
-
-def raise_system_exit(signum: int, frame: Any) -> None:
-    raise SystemExit(128 + signum)
-
-
-def percentile(values: list[float], pct: float) -> float:
-    """Nearest-rank percentile: with 20 runs, p95 is the second slowest."""
-    ordered = sorted(values)
-    return ordered[max(1, math.ceil(pct / 100 * len(ordered))) - 1]
-
-
 def sql_literal(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
-
-
-def pg_connect(options: argparse.Namespace, dbname: str) -> Any:
-    import psycopg
-
-    return psycopg.connect(
-        host=options.pg_host,
-        port=options.pg_port,
-        user=options.pg_user,
-        password=os.environ.get("PGPASSWORD") or None,
-        dbname=dbname,
-        connect_timeout=10,
-        autocommit=True,
-    )
 
 
 # ================================================================================================
@@ -432,55 +398,83 @@ class Page:
     expect: str | None = None
 
 
-class Phase:
-    def __init__(self, options: argparse.Namespace) -> None:
-        self.options = options
-        self.layout = Layout.for_jobs(options.jobs)
+class Database:
+    """The phase's database: statements outside the ORM, and what differs by vendor."""
 
-    # -- set-up -----------------------------------------------------------------------------
-
-    def setup(self) -> None:
-        sys.path.insert(0, str(REPO))
-        import django
-        from django.core.management import call_command
-
-        django.setup()
-        # Always: a --reuse run must build the indexes of migrations added since.
-        started = time.perf_counter()
-        call_command("migrate", verbosity=0, interactive=False)
-        log(f"migrate: {time.perf_counter() - started:.1f} s")
+    def __init__(self) -> None:
         from django.db import connection
 
         self.connection = connection
-        self.dialect = Dialect(connection.vendor)
-        self.vendor = connection.vendor
+        self.vendor = connection.vendor  # "postgresql" or "sqlite"
 
     def execute(self, sql: str, params: Any = None) -> Any:
         with self.connection.cursor() as cursor:
             cursor.execute(sql, params)
             return cursor.fetchall() if cursor.description else None
 
-    def read_meta(self) -> dict[str, str]:
-        tables = self.connection.introspection.table_names()
-        if META_TABLE not in tables:
-            return {}
-        return dict(self.execute(f"SELECT key, value FROM {META_TABLE}"))
+    def analyze(self, *, vacuum: bool) -> None:
+        started = time.perf_counter()
+        if self.vendor == "postgresql":
+            # VACUUM also sets the visibility map, without which no scan is index-only.
+            self.execute("VACUUM ANALYZE" if vacuum else "ANALYZE")
+        else:
+            self.execute("ANALYZE")
+            self.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        what = "VACUUM ANALYZE" if vacuum else "ANALYZE"
+        log(f"  {what} in {time.perf_counter() - started:.1f} s")
 
-    def write_meta(self, values: dict[str, str]) -> None:
-        self.execute(
-            f"CREATE TABLE IF NOT EXISTS {META_TABLE} (key varchar(50) PRIMARY KEY, value text)"
+    def facts(self) -> dict[str, str]:
+        """Version, the settings that matter for these pages, and the database's size."""
+        if self.vendor == "postgresql":
+            (version,) = self.execute("SHOW server_version")[0]
+            settings = []
+            for name in ("shared_buffers", "work_mem", "effective_cache_size", "random_page_cost"):
+                settings.append(f"{name}={self.execute(f'SHOW {name}')[0][0]}")
+            (size,) = self.execute("SELECT pg_size_pretty(pg_database_size(current_database()))")[0]
+            return {"version": version, "settings": ", ".join(settings), "size": size}
+        (version,) = self.execute("SELECT sqlite_version()")[0]
+        (journal,) = self.execute("PRAGMA journal_mode")[0]
+        (cache,) = self.execute("PRAGMA cache_size")[0]
+        path = Path(self.connection.settings_dict["NAME"])
+        size = path.stat().st_size / 1024**2
+        return {
+            "version": version,
+            "settings": f"journal_mode={journal}, cache_size={cache}",
+            "size": f"{size:,.0f} MB",
+        }
+
+    def explain(self, sql: str, params: Any) -> str:
+        """The plan of a statement (PostgreSQL: as it ran, with buffers)."""
+        if not sql.lstrip().upper().startswith("SELECT"):
+            # EXPLAIN ANALYZE runs the statement: never a write.
+            return "(not a SELECT: not explained)"
+        prefix = (
+            "EXPLAIN (ANALYZE, BUFFERS) " if self.vendor == "postgresql" else "EXPLAIN QUERY PLAN "
         )
-        for key, value in values.items():
-            self.execute(f"DELETE FROM {META_TABLE} WHERE key = %s", [key])
-            self.execute(f"INSERT INTO {META_TABLE} (key, value) VALUES (%s, %s)", [key, value])
+        try:
+            rows = self.execute(prefix + sql, params)
+        except Exception as exc:
+            return f"(EXPLAIN failed: {exc})"
+        if self.vendor == "postgresql":
+            return "\n".join(row[0] for row in rows)
+        return "\n".join(f"{'  ' * int(row[1] > 0)}{row[-1]}" for row in rows)
 
-    # -- data ---------------------------------------------------------------------------------
 
-    def prepare_data(self) -> dict[str, Any]:
-        """Create the data, or with --reuse use what a previous --keep run left."""
+class DataSet:
+    """The jobs, attempts, nodes and queues the pages show: created with set-based SQL,
+    or with ``--reuse`` taken over from a ``--keep`` run (moved forward to the present).
+    What was made is recorded in ``META_TABLE``."""
+
+    def __init__(self, database: Database, layout: Layout) -> None:
+        self.database = database
+        self.layout = layout
+        self.dialect = Dialect(database.vendor)
+
+    def prepare(self, *, reuse: bool) -> dict[str, Any]:
+        """Create the data, or with ``reuse`` use what a previous --keep run left."""
         meta = self.read_meta()
         wanted = {"version": DATA_VERSION, "jobs": str(self.layout.jobs)}
-        if self.options.reuse and all(meta.get(k) == v for k, v in wanted.items()):
+        if reuse and all(meta.get(k) == v for k, v in wanted.items()):
             log(f"reusing the data created on {meta.get('created')}")
             self.move_forward(int(meta["ref"]))
             return {
@@ -495,26 +489,42 @@ class Phase:
 
             log(f"the database holds other data ({meta or 'not generated here'}): replacing it")
             call_command("flush", verbosity=0, interactive=False)
-            self.execute(f"DROP TABLE IF EXISTS {META_TABLE}")
-            if self.vendor == "sqlite":
-                self.execute("VACUUM")  # give the file back its size: it is reported
-        seconds = self.create_data()
+            self.database.execute(f"DROP TABLE IF EXISTS {META_TABLE}")
+            if self.database.vendor == "sqlite":
+                self.database.execute("VACUUM")  # give the file back its size: it is reported
+        seconds = self.create()
         self.write_meta(
             {
                 **wanted,
                 "ref": str(self.ref),
                 "seconds": f"{seconds:.1f}",
-                "created": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+                "created": harness.utc_now_text(),
             }
         )
         return {"reused": False, "seconds": seconds}
+
+    def read_meta(self) -> dict[str, str]:
+        tables = self.database.connection.introspection.table_names()
+        if META_TABLE not in tables:
+            return {}
+        return dict(self.database.execute(f"SELECT key, value FROM {META_TABLE}"))
+
+    def write_meta(self, values: dict[str, str]) -> None:
+        execute = self.database.execute
+        execute(
+            f"CREATE TABLE IF NOT EXISTS {META_TABLE} (key varchar(50) PRIMARY KEY, value text)"
+        )
+        for key, value in values.items():
+            execute(f"DELETE FROM {META_TABLE} WHERE key = %s", [key])
+            execute(f"INSERT INTO {META_TABLE} (key, value) VALUES (%s, %s)", [key, value])
 
     def has_jobs(self) -> bool:
         from durable_jobs.models import Job
 
         return Job.objects.exists()
 
-    def create_data(self) -> float:
+    def create(self) -> float:
+        """Make the data (``self.ref`` is its present); return the seconds it took."""
         from django.contrib.auth import get_user_model
         from django.core.management.color import no_style
         from django.utils import timezone
@@ -555,7 +565,7 @@ class Phase:
             Queue.objects.create(name=queue, created_at=now - datetime.timedelta(days=40))
 
         ctes = base_ctes(layout, dialect, self.ref)
-        quote = self.connection.ops.quote_name
+        quote = self.database.connection.ops.quote_name
         columns = job_columns(layout, dialect, self.ref, [node.pk for node in nodes])
         complete_columns(Job, columns, self.ref, dialect)
         self._insert(
@@ -577,14 +587,14 @@ class Phase:
             "WHERE nu.n <= k.na AND k.state IN ('completed', 'dead', 'retrying')",
         )
         # The ids were written explicitly: move the sequences past them.
-        for sql in self.connection.ops.sequence_reset_sql(no_style(), [Job, Attempt]):
-            self.execute(sql)
-        self.analyze(vacuum=True)
+        for sql in self.database.connection.ops.sequence_reset_sql(no_style(), [Job, Attempt]):
+            self.database.execute(sql)
+        self.database.analyze(vacuum=True)
         return time.perf_counter() - started
 
     def _insert(self, model: Any, sql: str) -> None:
         started = time.perf_counter()
-        with self.connection.cursor() as cursor:
+        with self.database.connection.cursor() as cursor:
             cursor.execute(sql)
             count = cursor.rowcount
         if count < 0:
@@ -592,17 +602,6 @@ class Phase:
             count = model.objects.count()
         seconds = time.perf_counter() - started
         log(f"  {count:,} {model._meta.verbose_name_plural} in {seconds:.1f} s")
-
-    def analyze(self, *, vacuum: bool) -> None:
-        started = time.perf_counter()
-        if self.vendor == "postgresql":
-            # VACUUM also sets the visibility map, without which no scan is index-only.
-            self.execute("VACUUM ANALYZE" if vacuum else "ANALYZE")
-        else:
-            self.execute("ANALYZE")
-            self.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        what = "VACUUM ANALYZE" if vacuum else "ANALYZE"
-        log(f"  {what} in {time.perf_counter() - started:.1f} s")
 
     def move_forward(self, ref: int) -> None:
         """Shift the last day of jobs (and their attempts, and the nodes' heartbeats) by
@@ -673,28 +672,33 @@ class Phase:
             ).count(),
         }
 
-    def database_facts(self) -> dict[str, str]:
-        if self.vendor == "postgresql":
-            (version,) = self.execute("SHOW server_version")[0]
-            settings = []
-            for name in ("shared_buffers", "work_mem", "effective_cache_size", "random_page_cost"):
-                settings.append(f"{name}={self.execute(f'SHOW {name}')[0][0]}")
-            (size,) = self.execute("SELECT pg_size_pretty(pg_database_size(current_database()))")[0]
-            return {"version": version, "settings": ", ".join(settings), "size": size}
-        (version,) = self.execute("SELECT sqlite_version()")[0]
-        (journal,) = self.execute("PRAGMA journal_mode")[0]
-        (cache,) = self.execute("PRAGMA cache_size")[0]
-        path = Path(self.connection.settings_dict["NAME"])
-        size = path.stat().st_size / 1024**2
-        return {
-            "version": version,
-            "settings": f"journal_mode={journal}, cache_size={cache}",
-            "size": f"{size:,.0f} MB",
-        }
 
-    # -- pages --------------------------------------------------------------------------------
+@dataclass
+class Request:
+    """One request of a page: its response, time, and the statements it ran."""
 
-    def pages(self, client: Any) -> list[Page]:
+    response: Any
+    ms: float
+    query_count: int
+    # {"sql", "params", "ms"} per statement, in the order they ran.
+    timings: list[dict[str, Any]]
+
+
+class PageTimer:
+    """Requests the admin's pages as the benchmark's superuser and times them and their
+    queries; with ``--explain``, also reports each page's queries and slow plans."""
+
+    def __init__(self, options: argparse.Namespace, database: Database, layout: Layout) -> None:
+        from django.contrib.auth import get_user_model
+        from django.test import Client
+
+        self.options = options
+        self.database = database
+        self.layout = layout
+        self.client = Client()
+        self.client.force_login(get_user_model().objects.get(username="bench"))
+
+    def pages(self) -> list[Page]:
         from django.urls import NoReverseMatch, reverse
 
         from durable_jobs.models import Job
@@ -713,7 +717,7 @@ class Phase:
             .values_list("pk", flat=True)
             .first()
         )
-        state_param, queue_param = self.filter_params(client, changelist)
+        state_param, queue_param = self.filter_params(changelist)
         pages = [
             Page("Job list", changelist),
             Page("Job list, state = dead", f"{changelist}?{state_param}=dead"),
@@ -742,7 +746,7 @@ class Phase:
         pages.append(Page("Node list", reverse("admin:durable_jobs_node_changelist")))
         return pages
 
-    def filter_params(self, client: Any, changelist: str) -> tuple[str, str]:
+    def filter_params(self, changelist: str) -> tuple[str, str]:
         """The query parameters of the state and queue filters, read from the filter links
         of the job list itself (they change with the kind of filter: ``queue__exact`` for
         a plain field, something else for a custom one)."""
@@ -752,7 +756,7 @@ class Phase:
 
         if self.options.queue_param:
             return self.options.state_param, self.options.queue_param
-        body = client.get(changelist).content.decode()
+        body = self.client.get(changelist).content.decode()
         state_param = queue_param = None
         for href in re.findall(r'href="\?([^"]*)"', body):
             for key, value in parse_qsl(html.unescape(href)):
@@ -763,35 +767,34 @@ class Phase:
         log(f"filter parameters found in the job list: {state_param}, {queue_param}")
         return state_param or self.options.state_param, queue_param or "queue__exact"
 
-    def measure(self, client: Any, page: Page) -> dict[str, Any]:
-        from django.db import connection
+    def request(self, path: str) -> Request:
         from django.test.utils import CaptureQueriesContext
 
+        connection = self.database.connection
+        timings: list[dict[str, Any]] = []
+
+        def timer(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                return execute(sql, params, many, context)
+            finally:
+                timings.append(
+                    {"sql": sql, "params": params, "ms": (time.perf_counter() - start) * 1e3}
+                )
+
+        with CaptureQueriesContext(connection) as captured, connection.execute_wrapper(timer):
+            start = time.perf_counter()
+            response = self.client.get(path)
+            elapsed = (time.perf_counter() - start) * 1e3
+        return Request(response, elapsed, len(captured.captured_queries), timings)
+
+    def measure(self, page: Page) -> dict[str, Any]:
         result: dict[str, Any] = {"label": page.label, "path": page.path}
         if page.path is None:
             result["error"] = "not available"
             return result
-
-        def get() -> tuple[Any, list[dict[str, Any]], int, float]:
-            timings: list[dict[str, Any]] = []
-
-            def timer(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
-                start = time.perf_counter()
-                try:
-                    return execute(sql, params, many, context)
-                finally:
-                    timings.append(
-                        {"sql": sql, "params": params, "ms": (time.perf_counter() - start) * 1e3}
-                    )
-
-            with CaptureQueriesContext(connection) as captured, connection.execute_wrapper(timer):
-                start = time.perf_counter()
-                response = client.get(page.path)
-                elapsed = (time.perf_counter() - start) * 1e3
-            return response, timings, len(captured.captured_queries), elapsed
-
         try:
-            response, _, _, _ = get()  # warm-up: templates, caches, the database's pages
+            response = self.request(page.path).response  # warm-up: templates, caches, pages
             status = response.status_code
         except Exception as exc:  # a page under construction must not end the benchmark
             result["error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
@@ -806,15 +809,16 @@ class Phase:
             log(f"{page.label}: {result['warning']}")
         times: list[float] = []
         counts: list[int] = []
+        # A statement's durations over the runs, and its last run (for EXPLAIN), by key.
         by_query: dict[tuple[str, int], list[float]] = {}
         examples: dict[tuple[str, int], dict[str, Any]] = {}
         deadline = time.monotonic() + self.options.budget
         for run in range(self.options.runs):
-            _, timings, count, elapsed = get()
-            times.append(elapsed)
-            counts.append(count)
+            request = self.request(page.path)
+            times.append(request.ms)
+            counts.append(request.query_count)
             seen: dict[str, int] = {}
-            for timing in timings:
+            for timing in request.timings:
                 # The same statement may run several times in one request: key each run
                 # of it by its position among the statements with the same text.
                 seen[timing["sql"]] = seen.get(timing["sql"], 0) + 1
@@ -836,26 +840,7 @@ class Phase:
             slowest_sql=slowest[0],
         )
         if self.options.explain:
-            result["all_queries"] = [
-                {"sql": sql, "ms": statistics.median(durations)}
-                for (sql, _), durations in by_query.items()
-            ]
-            # The slowest, and any other statement slow enough to be worth a look (once per
-            # text: a statement run twice in a request has the same plan).
-            chosen = [slowest]
-            for key, durations in by_query.items():
-                if key[0] not in {c[0] for c in chosen} and (
-                    statistics.median(durations) >= self.options.explain_ms
-                ):
-                    chosen.append(key)
-            result["explains"] = [
-                {
-                    "sql": key[0],
-                    "ms": statistics.median(by_query[key]),
-                    "plan": self.explain(examples[key]),
-                }
-                for key in chosen
-            ]
+            result.update(self.explain_queries(by_query, examples, slowest))
         log(
             f"{page.label}: median {result['median_ms']:.1f} ms, p95 {result['p95_ms']:.1f} ms, "
             f"{result['queries']:g} queries, slowest {result['slowest_ms']:.1f} ms: "
@@ -863,48 +848,57 @@ class Phase:
         )
         return result
 
-    def explain(self, query: dict[str, Any]) -> str:
-        if not query["sql"].lstrip().upper().startswith("SELECT"):
-            # EXPLAIN ANALYZE runs the statement: never a write.
-            return "(not a SELECT: not explained)"
-        prefix = (
-            "EXPLAIN (ANALYZE, BUFFERS) " if self.vendor == "postgresql" else "EXPLAIN QUERY PLAN "
-        )
-        try:
-            rows = self.execute(prefix + query["sql"], query["params"])
-        except Exception as exc:
-            return f"(EXPLAIN failed: {exc})"
-        if self.vendor == "postgresql":
-            return "\n".join(row[0] for row in rows)
-        return "\n".join(f"{'  ' * int(row[1] > 0)}{row[-1]}" for row in rows)
-
-    # -- the whole phase ----------------------------------------------------------------------
-
-    def run(self) -> dict[str, Any]:
-        from django.contrib.auth import get_user_model
-        from django.test import Client
-
-        self.setup()
-        data = self.prepare_data()
-        if data["reused"]:
-            self.analyze(vacuum=True)
-        out: dict[str, Any] = {
-            "vendor": self.options.phase,
-            "data": data,
-            "layout": asdict(self.layout),
-            "rows": self.row_counts(),
-            "database": self.database_facts(),
-        }
-        client = Client()
-        client.force_login(get_user_model().objects.get(username="bench"))
-        out["pages"] = [self.measure(client, page) for page in self.pages(client)]
-        return out
+    def explain_queries(
+        self,
+        by_query: dict[tuple[str, int], list[float]],
+        examples: dict[tuple[str, int], dict[str, Any]],
+        slowest: tuple[str, int],
+    ) -> dict[str, Any]:
+        """Every query of a page with its median duration, and the plans of the slowest
+        and of any other over ``--explain-ms`` (for :func:`render_explains`)."""
+        all_queries = [
+            {"sql": sql, "ms": statistics.median(durations)}
+            for (sql, _), durations in by_query.items()
+        ]
+        # The slowest, and any other statement slow enough to be worth a look (once per
+        # text: a statement run twice in a request has the same plan).
+        chosen = [slowest]
+        for key, durations in by_query.items():
+            if key[0] not in {c[0] for c in chosen} and (
+                statistics.median(durations) >= self.options.explain_ms
+            ):
+                chosen.append(key)
+        explains = [
+            {
+                "sql": key[0],
+                "ms": statistics.median(by_query[key]),
+                "plan": self.database.explain(examples[key]["sql"], examples[key]["params"]),
+            }
+            for key in chosen
+        ]
+        return {"all_queries": all_queries, "explains": explains}
 
 
 def run_phase(options: argparse.Namespace) -> int:
-    signal.signal(signal.SIGTERM, raise_system_exit)
-    result = Phase(options).run()
-    print(RESULT_PREFIX + json.dumps(result), flush=True)
+    signal.signal(signal.SIGTERM, harness.raise_system_exit)
+    # Always: a --reuse run must build the indexes of migrations added since.
+    log(f"migrate: {harness.setup_django():.1f} s")
+    database = Database()
+    layout = Layout.for_jobs(options.jobs)
+    data_set = DataSet(database, layout)
+    data = data_set.prepare(reuse=options.reuse)
+    if data["reused"]:
+        database.analyze(vacuum=True)
+    result: dict[str, Any] = {
+        "vendor": options.phase,
+        "data": data,
+        "layout": asdict(layout),
+        "rows": data_set.row_counts(),
+        "database": database.facts(),
+    }
+    timer = PageTimer(options, database, layout)
+    result["pages"] = [timer.measure(page) for page in timer.pages()]
+    harness.print_phase_result(result)
     return 0
 
 
@@ -928,18 +922,10 @@ def create_database(vendor: str, options: argparse.Namespace) -> None:
             for file in sqlite_files(path):
                 file.unlink(missing_ok=True)
         return
-    admin = pg_connect(options, "postgres")
-    try:
-        exists = admin.execute(
-            "SELECT 1 FROM pg_database WHERE datname = %s", (options.pg_dbname,)
-        ).fetchone()
-        if exists and options.reuse:
-            return
-        # The database is this benchmark's own: an old one is from an interrupted or --keep run.
-        admin.execute(f'DROP DATABASE IF EXISTS "{options.pg_dbname}" WITH (FORCE)')
-        admin.execute(f'CREATE DATABASE "{options.pg_dbname}"')
-    finally:
-        admin.close()
+    if options.reuse and harness.postgres_database_exists(options):
+        return
+    # The database is this benchmark's own: an old one is from an interrupted or --keep run.
+    harness.create_postgres_database(options, replace=True)
 
 
 def drop_database(vendor: str, options: argparse.Namespace) -> None:
@@ -947,25 +933,7 @@ def drop_database(vendor: str, options: argparse.Namespace) -> None:
         for file in sqlite_files(Path(options.sqlite_path)):
             file.unlink(missing_ok=True)
         return
-    admin = pg_connect(options, "postgres")
-    try:
-        admin.execute(f'DROP DATABASE IF EXISTS "{options.pg_dbname}" WITH (FORCE)')
-    finally:
-        admin.close()
-
-
-def child_env(vendor: str, options: argparse.Namespace) -> dict[str, str]:
-    env = dict(os.environ)
-    path = env.get("PYTHONPATH")
-    env["PYTHONPATH"] = str(REPO) + (os.pathsep + path if path else "")
-    env["DJANGO_SETTINGS_MODULE"] = SETTINGS_MODULE
-    env["DURABLE_JOBS_BENCH_DB"] = vendor
-    env["DURABLE_JOBS_BENCH_SQLITE_PATH"] = str(options.sqlite_path)
-    env["DURABLE_JOBS_BENCH_PG_NAME"] = options.pg_dbname
-    env["DURABLE_JOBS_BENCH_PG_HOST"] = options.pg_host
-    env["DURABLE_JOBS_BENCH_PG_PORT"] = str(options.pg_port)
-    env["DURABLE_JOBS_BENCH_PG_USER"] = options.pg_user
-    return env
+    harness.drop_postgres_database(options)
 
 
 def run_database(vendor: str, options: argparse.Namespace) -> dict[str, Any]:
@@ -979,72 +947,26 @@ def run_database(vendor: str, options: argparse.Namespace) -> dict[str, Any]:
     for flag in ("explain", "reuse"):
         if getattr(options, flag):
             command.append(f"--{flag}")
-    process = None
     create_database(vendor, options)
     try:
         log(f"[{vendor}] {jobs:,} jobs")
-        process = subprocess.Popen(
-            command,
-            cwd=REPO,
-            env=child_env(vendor, options),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            start_new_session=True,  # its own process group, ended with it on a timeout
-        )
-        try:
-            stdout, _ = process.communicate(timeout=options.timeout)
-        except subprocess.TimeoutExpired:
-            raise SystemExit(f"the {vendor} phase took longer than {options.timeout:g}s") from None
-        if process.returncode != 0:
-            raise SystemExit(f"the {vendor} phase failed (exit {process.returncode})")
-        for line in stdout.decode().splitlines():
-            if line.startswith(RESULT_PREFIX):
-                return json.loads(line[len(RESULT_PREFIX) :])
-        raise SystemExit(f"the {vendor} phase printed no result")
+        env = harness.child_env(SETTINGS_MODULE, vendor, options)
+        return harness.run_phase_process(command, vendor=vendor, env=env, timeout=options.timeout)
     finally:
-        if process is not None and process.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
-            process.wait(timeout=10)
         if not options.keep:
             drop_database(vendor, options)
 
 
 def machine_facts() -> list[tuple[str, str]]:
-    import django
-
-    cpu = ""
-    memory = ""
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    with contextlib.suppress(OSError, ValueError, IndexError):
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal:"):
-                memory = f"{int(line.split()[1]) / 1024**2:.0f} GB"
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    facts = [
-        ("CPU", f"{cores} cores available (nproc){', ' + cpu if cpu else ''}"),
-        ("RAM", memory or "unknown"),
-        ("Load average (1, 5, 15 min) at the end", ", ".join(f"{v:.1f}" for v in os.getloadavg())),
-        ("OS", platform.platform()),
-        ("Python", platform.python_version()),
-        ("Django", django.get_version()),
+    return [
+        harness.cpu_fact(),
+        harness.memory_fact(),
+        ("Load average (1, 5, 15 min) at the end", harness.load_average()),
+        *harness.software_facts(),
     ]
-    with contextlib.suppress(ImportError):
-        import psycopg
-
-        facts.append(("psycopg", psycopg.__version__))
-    return facts
 
 
 def render(results: dict[str, dict[str, Any]], options: argparse.Namespace, argv: list[str]) -> str:
-    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    lines = [f"Run on {now} with:", "", "```console"]
-    lines += ["$ python benchmarks/admin_pages.py " + " ".join(argv), "```", ""]
-    lines += ["| Machine | |", "| --- | --- |"]
     facts = machine_facts()
     for vendor, result in results.items():
         database = result["database"]
@@ -1054,7 +976,7 @@ def render(results: dict[str, dict[str, Any]], options: argparse.Namespace, argv
                 f"{database['version']} ({database['settings']}); database size {database['size']}",
             )
         )
-    lines += [f"| {key} | {value} |" for key, value in facts]
+    lines = harness.report_heading("admin_pages.py", argv, facts)
     for vendor, result in results.items():
         rows, data = result["rows"], result["data"]
         states = ", ".join(f"{state} {count:,}" for state, count in sorted(rows["states"].items()))
@@ -1119,15 +1041,11 @@ def render_explains(results: dict[str, dict[str, Any]]) -> str:
 
 def write_section(path: Path, block: str) -> None:
     """Replace the block between the markers of ``path``, or append it under a heading."""
-    wrapped = f"{MARK_START}\n{block}{MARK_END}"
     text = path.read_text() if path.exists() else ""
-    if MARK_START in text and MARK_END in text:
-        before, rest = text.split(MARK_START, 1)
-        _, after = rest.split(MARK_END, 1)
-        text = before + wrapped + after
-    else:
-        text = text.rstrip("\n") + "\n\n## Admin pages\n\n" + wrapped + "\n"
-    path.write_text(text)
+    replaced = MARKERS.replace_in(text, block)
+    if replaced is None:
+        replaced = text.rstrip("\n") + "\n\n## Admin pages\n\n" + MARKERS.wrap(block) + "\n"
+    path.write_text(replaced)
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -1182,13 +1100,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         default=None,
         help="Query parameter of the queue filter (default: read from the job list's links).",
     )
-    parser.add_argument("--pg-host", default=os.environ.get("PGHOST", "127.0.0.1"))
-    parser.add_argument("--pg-port", type=int, default=int(os.environ.get("PGPORT", "5432")))
-    parser.add_argument("--pg-user", default=os.environ.get("PGUSER", "postgres"))
-    parser.add_argument(
-        "--pg-dbname",
-        default="dj_admin_bench",
-        help="The benchmark's own database, dropped and created again (default dj_admin_bench).",
+    harness.add_postgres_arguments(
+        parser,
+        dbname="dj_admin_bench",
+        dbname_help="The benchmark's own database, dropped and created again "
+        "(default dj_admin_bench).",
     )
     parser.add_argument(
         "--sqlite-path",
@@ -1212,8 +1128,7 @@ def main(argv: list[str]) -> int:
     options = parse_args(argv)
     if options.phase:
         return run_phase(options)
-    signal.signal(signal.SIGTERM, raise_system_exit)
-    sys.path.insert(0, str(REPO))
+    signal.signal(signal.SIGTERM, harness.raise_system_exit)
     vendors = ["postgres", "sqlite"] if options.database == "both" else [options.database]
     results = {vendor: run_database(vendor, options) for vendor in vendors}
     block = render(results, options, argv)

@@ -1,41 +1,47 @@
 """Duration of one scheduler heartbeat over 10,000 schedules of which 1,000 are due.
 
     python benchmarks/heartbeat.py [--db sqlite|postgres|both] [--schedules N] [--due N]
+                                   [--rounds N] [--pg-dbname NAME]
 
-Each database is measured in its own process (the settings differ). The heartbeat
-selects due schedules through the partial index on ``next_run_at`` (enabled rows
-only), so an idle heartbeat costs one indexed read whatever the table's size; the
-figures show that beside the busy one. On PostgreSQL the plan of the due query is
-printed too.
+Each database is measured in its own process (the settings differ); on PostgreSQL in
+a database of its own, created and dropped again (``--pg-host``, ``--pg-port`` and
+``--pg-user`` as for ``run.py``). The heartbeat selects due schedules through the
+partial index on ``next_run_at`` (enabled rows only), so an idle heartbeat costs one
+indexed read whatever the table's size; the figures show that beside the busy one. On
+PostgreSQL the plan of the due query is printed too.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
-import os
+import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-PG_DB = "durable_jobs_bench_heartbeat"
+if __package__ in (None, ""):
+    # Run as a script: the repository's root must be importable for ``benchmarks.harness``.
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks import harness
+
+SETTINGS_MODULE = "benchmarks.settings"
+#: Seconds allowed per database.
+PHASE_TIMEOUT = 600
 
 
-def measure(schedules: int, due: int, rounds: int) -> None:
-    import django
-
-    django.setup()
-    from django.core.management import call_command
+def measure(schedules: int, due: int, rounds: int) -> dict[str, Any]:
+    """In a phase: the heartbeat's durations, median of ``rounds``, busy and then idle."""
+    harness.setup_django()
     from django.db import connection
 
     from durable_jobs.models import Job, Schedule
     from durable_jobs.schedules.heartbeat import tick
 
-    call_command("migrate", verbosity=0)
     now = datetime.datetime(2026, 6, 1, 12, 0, tzinfo=datetime.UTC)
     later = now + datetime.timedelta(days=7)
     Schedule.objects.all().delete()
@@ -67,17 +73,46 @@ def measure(schedules: int, due: int, rounds: int) -> None:
         start = time.perf_counter()
         assert tick(now).enqueued == 0
         idle.append((time.perf_counter() - start) * 1000)
-    print(
-        f"| {connection.vendor} | {schedules:,} | {due:,} | "
-        f"{statistics.median(busy):,.0f} ms ({due / statistics.median(busy) * 1000:,.0f} "
-        f"schedules/s) | {statistics.median(idle):.2f} ms |"
-    )
+    plan = None
     if connection.vendor == "postgresql":
         due_query = Schedule.objects.filter(enabled=True, next_run_at__lte=now).order_by(
             "next_run_at", "pk"
         )[:100]
+        plan = due_query.explain()
+    return {
+        "vendor": connection.vendor,
+        "busy_ms": statistics.median(busy),
+        "idle_ms": statistics.median(idle),
+        "plan": plan,
+    }
+
+
+def print_row(result: dict[str, Any], schedules: int, due: int) -> None:
+    busy = result["busy_ms"]
+    print(
+        f"| {result['vendor']} | {schedules:,} | {due:,} | "
+        f"{busy:,.0f} ms ({due / busy * 1000:,.0f} schedules/s) | {result['idle_ms']:.2f} ms |",
+        flush=True,
+    )
+    if result["plan"] is not None:
         print("\nPlan of the due query (PostgreSQL):\n")
-        print("    " + due_query.explain().replace("\n", "\n    "))
+        print("    " + result["plan"].replace("\n", "\n    "), flush=True)
+
+
+def run_database(vendor: str, options: argparse.Namespace) -> dict[str, Any]:
+    command = [sys.executable, str(Path(__file__).resolve()), "--phase", vendor]
+    command += ["--schedules", str(options.schedules), "--due", str(options.due)]
+    command += ["--rounds", str(options.rounds)]
+    with tempfile.TemporaryDirectory() as tmp:
+        options.sqlite_path = Path(tmp) / "heartbeat.sqlite3"
+        if vendor == "postgres":
+            harness.create_postgres_database(options, replace=True)
+        try:
+            env = harness.child_env(SETTINGS_MODULE, vendor, options)
+            return harness.run_phase_process(command, vendor=vendor, env=env, timeout=PHASE_TIMEOUT)
+        finally:
+            if vendor == "postgres":
+                harness.drop_postgres_database(options)
 
 
 def main() -> None:
@@ -86,42 +121,23 @@ def main() -> None:
     parser.add_argument("--schedules", type=int, default=10_000)
     parser.add_argument("--due", type=int, default=1_000)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    harness.add_postgres_arguments(
+        parser,
+        dbname="durable_jobs_bench_heartbeat",
+        dbname_help="The benchmark's own database, dropped and created again "
+        "(default durable_jobs_bench_heartbeat).",
+    )
+    parser.add_argument("--phase", choices=["sqlite", "postgres"], help=argparse.SUPPRESS)
     options = parser.parse_args()
-    if options.child:
-        measure(options.schedules, options.due, options.rounds)
+    if options.phase:
+        harness.print_phase_result(measure(options.schedules, options.due, options.rounds))
         return
+    signal.signal(signal.SIGTERM, harness.raise_system_exit)
     print("| database | schedules | due | one heartbeat (median) | idle heartbeat |")
-    print("|---|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|", flush=True)
     vendors = ["sqlite", "postgres"] if options.db == "both" else [options.db]
     for vendor in vendors:
-        env = {
-            **os.environ,
-            "DJANGO_SETTINGS_MODULE": "benchmarks.settings",
-            "PYTHONPATH": str(ROOT),
-            "DURABLE_JOBS_BENCH_DB": vendor,
-        }
-        with tempfile.TemporaryDirectory() as tmp:
-            env["DURABLE_JOBS_BENCH_SQLITE_PATH"] = str(Path(tmp) / "heartbeat.sqlite3")
-            if vendor == "postgres":
-                env["DURABLE_JOBS_BENCH_PG_NAME"] = PG_DB
-                subprocess.run(
-                    ["dropdb", "-h", "127.0.0.1", "-U", "postgres", "--if-exists", PG_DB],
-                    check=True,
-                )
-                subprocess.run(["createdb", "-h", "127.0.0.1", "-U", "postgres", PG_DB], check=True)
-            try:
-                subprocess.run(
-                    [sys.executable, __file__, "--child", "--schedules", str(options.schedules),
-                     "--due", str(options.due), "--rounds", str(options.rounds)],
-                    env=env, check=True, timeout=600,
-                )  # fmt: skip
-            finally:
-                if vendor == "postgres":
-                    subprocess.run(
-                        ["dropdb", "-h", "127.0.0.1", "-U", "postgres", "--if-exists", PG_DB],
-                        check=False,
-                    )
+        print_row(run_database(vendor, options), options.schedules, options.due)
 
 
 if __name__ == "__main__":

@@ -28,11 +28,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime
 import json
-import math
-import os
-import platform
 import random
 import shutil
 import signal
@@ -45,15 +41,18 @@ import time
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
-BENCH_DIR = REPO / "benchmarks"
+if __package__ in (None, ""):
+    # Run as a script: the repository's root must be importable for ``benchmarks.harness``.
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks import harness
+from benchmarks.harness import log, percentile
+
+BENCH_DIR = harness.REPO / "benchmarks"
 SETTINGS_MODULE = "benchmarks.settings"
-RESULT_PREFIX = "BENCHMARK-RESULT "
-MARK_START = "<!-- benchmark-results:start -->"
-MARK_END = "<!-- benchmark-results:end -->"
+MARKERS = harness.Markers("benchmark-results")
 #: Markers of the block that ``--only enqueue --write FILE`` replaces.
-ENQUEUE_MARK_START = "<!-- benchmark-enqueue-results:start -->"
-ENQUEUE_MARK_END = "<!-- benchmark-enqueue-results:end -->"
+ENQUEUE_MARKERS = harness.Markers("benchmark-enqueue-results")
 
 #: ``.delay()`` calls per transaction in the bulk enqueue measurement and when filling queues.
 BULK_BATCH = 1000
@@ -70,26 +69,6 @@ SQLITE_FAST_POLL = 0.05
 NONE = "-"
 
 
-# ================================================================================================
-# Shared helpers
-# ================================================================================================
-
-
-def log(message: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
-
-
-def raise_system_exit(signum: int, frame: Any) -> None:
-    raise SystemExit(128 + signum)
-
-
-def percentile(values: list[float], pct: float) -> float:
-    """Nearest-rank percentile."""
-    ordered = sorted(values)
-    rank = max(1, math.ceil(pct / 100 * len(ordered)))
-    return ordered[rank - 1]
-
-
 def wait_until(predicate: Any, timeout: float, what: str, interval: float = 0.02) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
@@ -99,35 +78,11 @@ def wait_until(predicate: Any, timeout: float, what: str, interval: float = 0.02
 
 
 def bench_env(vendor: str, options: argparse.Namespace, **extra: str) -> dict[str, str]:
-    """Environment for a phase or worker process: benchmark settings, this database."""
-    env = dict(os.environ)
-    path = env.get("PYTHONPATH")
-    env["PYTHONPATH"] = str(REPO) + (os.pathsep + path if path else "")
-    env["DJANGO_SETTINGS_MODULE"] = SETTINGS_MODULE
-    env["DURABLE_JOBS_BENCH_DB"] = vendor
-    env["DURABLE_JOBS_BENCH_CONCURRENCY"] = str(options.concurrency)
-    if vendor == "postgres":
-        env["DURABLE_JOBS_BENCH_PG_NAME"] = options.pg_dbname
-        env["DURABLE_JOBS_BENCH_PG_HOST"] = options.pg_host
-        env["DURABLE_JOBS_BENCH_PG_PORT"] = str(options.pg_port)
-        env["DURABLE_JOBS_BENCH_PG_USER"] = options.pg_user
-    elif getattr(options, "sqlite_path", None):
-        env["DURABLE_JOBS_BENCH_SQLITE_PATH"] = options.sqlite_path
-    env.update(extra)
-    return env
-
-
-def pg_connect(options: argparse.Namespace, dbname: str, **kwargs: Any) -> Any:
-    import psycopg
-
-    return psycopg.connect(
-        host=options.pg_host,
-        port=options.pg_port,
-        user=options.pg_user,
-        password=os.environ.get("PGPASSWORD") or None,
-        dbname=dbname,
-        connect_timeout=10,
-        **kwargs,
+    """Environment for a phase or worker process: benchmark settings, this database, and
+    the ``--concurrency`` of the workers' queue."""
+    concurrency = str(options.concurrency)
+    return harness.child_env(
+        SETTINGS_MODULE, vendor, options, DURABLE_JOBS_BENCH_CONCURRENCY=concurrency, **extra
     )
 
 
@@ -160,7 +115,7 @@ class RawCeiling:
     def __init__(self, options: argparse.Namespace, dbname: str) -> None:
         self.options = options
         self.dbname = dbname
-        self.conn = pg_connect(options, dbname, autocommit=True)
+        self.conn = harness.pg_connect(options, dbname)
         self.conn.execute(f"DROP TABLE IF EXISTS {self.TABLE}")
         self.conn.execute(
             f"CREATE TABLE {self.TABLE} (id bigserial PRIMARY KEY, queue text NOT NULL, "
@@ -218,9 +173,7 @@ class RawCeiling:
 
     def drain(self, jobs: int, workers: int) -> dict[str, Any]:
         """Run the claim-and-ack statement until it finds nothing, on ``workers`` connections."""
-        connections = [
-            pg_connect(self.options, self.dbname, autocommit=True) for _ in range(workers)
-        ]
+        connections = [harness.pg_connect(self.options, self.dbname) for _ in range(workers)]
         done = [0] * workers
         errors: list[BaseException] = []
 
@@ -264,12 +217,7 @@ class Phase:
     # -- set-up -----------------------------------------------------------------------------
 
     def setup(self) -> None:
-        sys.path.insert(0, str(REPO))
-        import django
-        from django.core.management import call_command
-
-        django.setup()
-        call_command("migrate", verbosity=0, interactive=False)
+        harness.setup_django()
         from django.db import connection
 
         self.connection = connection
@@ -354,7 +302,7 @@ class Phase:
         ]
         process = subprocess.Popen(
             command,
-            cwd=REPO,
+            cwd=harness.REPO,
             env=bench_env(self.vendor, self.options, **(env or {})),
             stdin=subprocess.DEVNULL,
             stdout=logfile,
@@ -669,14 +617,14 @@ class Phase:
 
 
 def run_phase(options: argparse.Namespace) -> int:
-    signal.signal(signal.SIGTERM, raise_system_exit)
+    signal.signal(signal.SIGTERM, harness.raise_system_exit)
     phase = Phase(options)
     try:
         result = phase.run()
     finally:
         phase.stop_workers()
         shutil.rmtree(phase.logdir, ignore_errors=True)
-    print(RESULT_PREFIX + json.dumps(result), flush=True)
+    harness.print_phase_result(result)
     return 0
 
 
@@ -685,112 +633,40 @@ def run_phase(options: argparse.Namespace) -> int:
 # ================================================================================================
 
 
-def create_postgres(options: argparse.Namespace) -> None:
-    admin = pg_connect(options, "postgres", autocommit=True)
-    try:
-        exists = admin.execute(
-            "SELECT 1 FROM pg_database WHERE datname = %s", (options.pg_dbname,)
-        ).fetchone()
-        if exists:
-            raise SystemExit(
-                f"database {options.pg_dbname!r} already exists (left by an interrupted run?); "
-                f"drop it (dropdb -h {options.pg_host} -U {options.pg_user} {options.pg_dbname}) "
-                "or pass --pg-dbname"
-            )
-        admin.execute(f'CREATE DATABASE "{options.pg_dbname}"')
-    finally:
-        admin.close()
-
-
-def drop_postgres(options: argparse.Namespace) -> None:
-    admin = pg_connect(options, "postgres", autocommit=True)
-    try:
-        admin.execute(f'DROP DATABASE IF EXISTS "{options.pg_dbname}" WITH (FORCE)')
-    finally:
-        admin.close()
-
-
-def kill_group(process: subprocess.Popen[bytes]) -> None:
-    """End a phase and every process it started (they share its process group)."""
-    for sig, wait in ((signal.SIGTERM, 20), (signal.SIGKILL, 10)):
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, sig)
-        try:
-            process.wait(timeout=wait)
-        except subprocess.TimeoutExpired:
-            continue
-        # The phase has exited; its workers may not have yet.
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-        return
-
-
 def run_database(vendor: str, options: argparse.Namespace) -> dict[str, Any]:
     tmpdir = None
     created = False
-    process = None
     try:
         if vendor == "sqlite":
             tmpdir = tempfile.mkdtemp(prefix="durable_jobs_bench_")
             options.sqlite_path = str(Path(tmpdir) / "bench.sqlite3")
         else:
-            create_postgres(options)
+            harness.create_postgres_database(options, replace=False)
             created = True
         command = [sys.executable, str(Path(__file__).resolve()), "--phase", vendor]
         command += ["--jobs", str(options.jobs), "--single-jobs", str(options.single_jobs)]
         command += ["--latency-jobs", str(options.latency_jobs)]
         command += ["--concurrency", str(options.concurrency)]
+        # The phase's raw SQL ceiling and its workers connect with these.
+        command += harness.postgres_argv(options)
         if options.only:
             command += ["--only", options.only]
-        process = subprocess.Popen(
-            command,
-            cwd=REPO,
-            env=bench_env(vendor, options),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            start_new_session=True,  # its own process group, so its workers die with it
+        return harness.run_phase_process(
+            command, vendor=vendor, env=bench_env(vendor, options), timeout=options.timeout
         )
-        try:
-            stdout, _ = process.communicate(timeout=options.timeout)
-        except subprocess.TimeoutExpired:
-            raise SystemExit(f"the {vendor} phase took longer than {options.timeout:g}s") from None
-        if process.returncode != 0:
-            raise SystemExit(f"the {vendor} phase failed (exit {process.returncode})")
-        for line in stdout.decode().splitlines():
-            if line.startswith(RESULT_PREFIX):
-                return json.loads(line[len(RESULT_PREFIX) :])
-        raise SystemExit(f"the {vendor} phase printed no result")
     finally:
-        if process is not None:
-            kill_group(process)
         if tmpdir is not None:
             shutil.rmtree(tmpdir, ignore_errors=True)
         if created:
-            drop_postgres(options)
+            harness.drop_postgres_database(options)
 
 
 def machine_facts(results: dict[str, dict[str, Any]]) -> list[tuple[str, str]]:
-    import django
-
-    cpu = ""
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    load = ", ".join(f"{value:.1f}" for value in os.getloadavg())
     facts = [
-        ("CPU", f"{cores} cores available (nproc){', ' + cpu if cpu else ''}"),
-        ("Load average (1, 5, 15 min) at the end of the run", load),
-        ("OS", platform.platform()),
-        ("Python", platform.python_version()),
-        ("Django", django.get_version()),
+        harness.cpu_fact(),
+        ("Load average (1, 5, 15 min) at the end of the run", harness.load_average()),
+        *harness.software_facts(),
     ]
-    with contextlib.suppress(ImportError):
-        import psycopg
-
-        facts.append(("psycopg", psycopg.__version__))
     for vendor in ("postgres", "sqlite"):
         if vendor in results:
             database = results[vendor]["database"]
@@ -850,18 +726,7 @@ def render(results: dict[str, dict[str, Any]], options: argparse.Namespace, argv
     def rows_per_insert(result: dict[str, Any] | None) -> str:
         return NONE if result is None else str(result["enqueue_many"]["rows_per_insert"])
 
-    lines = []
-    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    lines.append(f"Run on {now} with:")
-    lines.append("")
-    lines.append("```console")
-    lines.append("$ python benchmarks/run.py " + " ".join(argv))
-    lines.append("```")
-    lines.append("")
-    lines.append("| Machine | |")
-    lines.append("| --- | --- |")
-    for key, value in machine_facts(results):
-        lines.append(f"| {key} | {value} |")
+    lines = harness.report_heading("run.py", argv, machine_facts(results))
     lines.append("")
     lines.append("| Measurement | SQLite | PostgreSQL | PostgreSQL, raw SQL | PostgreSQL ÷ raw |")
     lines.append("| --- | ---: | ---: | ---: | ---: |")
@@ -1003,17 +868,15 @@ def write_report(path: Path, block: str, *, enqueue_only: bool = False) -> None:
     ``--only enqueue`` results go between their own markers, so that they never replace
     a full run's results; without those markers they are appended to the page.
     """
-    start, end = (ENQUEUE_MARK_START, ENQUEUE_MARK_END) if enqueue_only else (MARK_START, MARK_END)
-    wrapped = f"{start}\n{block}{end}"
+    markers = ENQUEUE_MARKERS if enqueue_only else MARKERS
     text = path.read_text() if path.exists() else ""
-    if start in text and end in text:
-        before, rest = text.split(start, 1)
-        _, after = rest.split(end, 1)
-        text = before + wrapped + after
+    replaced = markers.replace_in(text, block)
+    if replaced is not None:
+        text = replaced
     elif text and enqueue_only:
-        text = text.rstrip("\n") + "\n\n## Enqueue only\n\n" + wrapped + "\n"
+        text = text.rstrip("\n") + "\n\n## Enqueue only\n\n" + markers.wrap(block) + "\n"
     else:
-        text = "# Benchmarks\n\n## Results\n\n" + wrapped + "\n"
+        text = "# Benchmarks\n\n## Results\n\n" + markers.wrap(block) + "\n"
     path.write_text(text)
 
 
@@ -1044,26 +907,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--concurrency", type=int, default=10, help="Threads per worker process (default 10)."
     )
-    parser.add_argument(
-        "--pg-host",
-        default=os.environ.get("PGHOST", "127.0.0.1"),
-        help="PostgreSQL host (default $PGHOST or 127.0.0.1).",
-    )
-    parser.add_argument(
-        "--pg-port",
-        type=int,
-        default=int(os.environ.get("PGPORT", "5432")),
-        help="PostgreSQL port (default $PGPORT or 5432).",
-    )
-    parser.add_argument(
-        "--pg-user",
-        default=os.environ.get("PGUSER", "postgres"),
-        help="PostgreSQL user (default $PGUSER or postgres); $PGPASSWORD is used if set.",
-    )
-    parser.add_argument(
-        "--pg-dbname",
-        default="durable_jobs_bench",
-        help="Database to create for the run and drop afterwards (must not exist).",
+    harness.add_postgres_arguments(
+        parser,
+        dbname="durable_jobs_bench",
+        dbname_help="Database to create for the run and drop afterwards (must not exist).",
     )
     parser.add_argument(
         "--timeout", type=float, default=1800, help="Seconds allowed per database (default 1800)."
@@ -1088,8 +935,7 @@ def main(argv: list[str]) -> int:
     options = parse_args(argv)
     if options.phase:
         return run_phase(options)
-    signal.signal(signal.SIGTERM, raise_system_exit)
-    sys.path.insert(0, str(REPO))
+    signal.signal(signal.SIGTERM, harness.raise_system_exit)
     vendors = ["sqlite", "postgres"] if options.db == "both" else [options.db]
     results = {vendor: run_database(vendor, options) for vendor in vendors}
     block = render(results, options, argv)
