@@ -253,7 +253,8 @@ class Phase:
         """Empty the job tables, so each measurement starts from the same state."""
         with self.connection.cursor() as cursor:
             if self.vendor == "postgres":
-                cursor.execute(f"TRUNCATE {self.attempt_table}, {self.job_table}")
+                # CASCADE: the tables that reference jobs (client requests) go too.
+                cursor.execute(f"TRUNCATE {self.attempt_table}, {self.job_table} CASCADE")
             else:
                 cursor.execute(f"DELETE FROM {self.attempt_table}")
                 cursor.execute(f"DELETE FROM {self.job_table}")

@@ -20,7 +20,7 @@ from django.db import DatabaseError
 from django.db.models import F
 
 from durable_jobs import registry
-from durable_jobs.backoff import exponential
+from durable_jobs.backoff import MAX_DELAY_SECONDS, exponential
 from durable_jobs.db import backend_for
 from durable_jobs.exceptions import LeaseExpired, UnknownJob, WorkerStopped
 from durable_jobs.logging import log_event
@@ -182,7 +182,11 @@ def _after_commit(ack: Ack, moved: bool) -> None:
 
 
 def clean_text(text: str) -> str:
-    """Text PostgreSQL will store: it refuses NUL characters in text columns."""
+    """Text every database will store: PostgreSQL refuses NUL characters in text columns,
+    and no driver can encode a lone surrogate (an error message quoting a file name
+    decoded with 'surrogateescape'); either would stop the worker recording the outcome."""
+    if not text.isascii():
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
     return text.replace("\x00", "\\x00")
 
 
@@ -210,7 +214,22 @@ def retry_delay(job: Job) -> float:
         backoff = registry.get_handler(job.name).backoff
     except UnknownJob:
         backoff = exponential
-    return max(0.0, float(backoff(job.attempts)))
+    try:
+        delay = float(backoff(job.attempts))
+    except Exception as exc:
+        # A @job(backoff=...) function is the project's code, and this runs in the worker's
+        # loop: its error must cost this job its custom delay, not stop the worker.
+        logging.getLogger("durable_jobs").error(
+            "the backoff of %s failed (%s: %s); using the default exponential backoff. "
+            "@job(backoff=...) takes a function of the attempt number returning seconds.",
+            job.name,
+            type(exc).__name__,
+            exc,
+        )
+        delay = exponential(job.attempts)
+    if delay != delay:  # NaN: timedelta(seconds=nan) raises
+        delay = 0.0
+    return min(max(0.0, delay), MAX_DELAY_SECONDS)
 
 
 def describe_error(error: BaseException | None) -> tuple[str, str, str]:
@@ -222,13 +241,22 @@ def describe_error(error: BaseException | None) -> tuple[str, str, str]:
     current: BaseException | None = error
     while current is not None and id(current) not in seen:
         seen.add(id(current))
-        chain.append(f"{type(current).__qualname__}: {current}")
+        chain.append(f"{type(current).__qualname__}: {_text_of(current)}")
         current = current.__cause__ or (
             None if current.__suppress_context__ else current.__context__
         )
     message = "\ncaused by: ".join(chain)
     trace = "".join(tb.format_exception(error)) if error.__traceback__ else ""
     return f"{cls.__module__}.{cls.__qualname__}", message, trace
+
+
+def _text_of(error: BaseException) -> str:
+    """``str(error)``, or a note when the exception's own ``__str__`` fails: this runs in
+    the worker's loop, where an exception escaping would stop the worker."""
+    try:
+        return str(error)
+    except Exception as exc:
+        return f"<str() of the exception failed: {type(exc).__name__}>"
 
 
 def unreported_result(

@@ -10,6 +10,9 @@ from typing import Any
 Backoff = Callable[[int], float]
 
 JITTER = 0.25
+#: The longest retry delay or snooze a job can be given (a year). Longer ones, and ``inf``,
+#: would overflow the datetime arithmetic that records them, in the worker's loop.
+MAX_DELAY_SECONDS = 365 * 86400.0
 
 
 def exponential(attempt: int) -> float:

@@ -5,17 +5,24 @@ IDs are stable; each is documented with its fix in ``docs/checks.rst``.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
 
-from django.apps import AppConfig
+from django.apps import AppConfig, apps
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Warning, register
 from django.db import connections
 
 from durable_jobs.conf import DEFAULTS, SETTINGS_NAME, merged_settings
+from durable_jobs.payload import text_problem
 
 HINT_DOCS = "See the settings reference in the durable_jobs documentation."
+#: Upper bounds of numeric settings: larger values overflow datetime arithmetic.
+MAX_SECONDS = 365 * 86400.0
+MAX_PRUNE_DAYS = 36500
+#: Job.max_retries is a PositiveIntegerField (PostgreSQL ``integer``).
+MAX_RETRIES = 2**31 - 1
 
 
 @register()
@@ -53,6 +60,21 @@ def check_settings(
                 id="durable_jobs.E005",
             )
         )
+    channel = merged["NOTIFY_CHANNEL"]
+    if (
+        not isinstance(channel, str)
+        or not channel
+        or len(channel.encode("utf-8", "replace")) > 63
+        or text_problem(channel)
+    ):
+        # PostgreSQL refuses longer channel names in pg_notify(), which every enqueue calls.
+        errors.append(
+            Error(
+                f"NOTIFY_CHANNEL must be a non-empty string of at most 63 bytes (got {channel!r}).",
+                hint='The PostgreSQL LISTEN/NOTIFY channel, for example "durable_jobs".',
+                id="durable_jobs.E009",
+            )
+        )
     if not settings.USE_TZ:
         errors.append(
             Error(
@@ -75,7 +97,15 @@ def _check_queues(queues: Any) -> list[CheckMessage]:
         ]
     errors: list[CheckMessage] = []
     for name, options in queues.items():
-        if not isinstance(name, str) or not name or len(name) > 100 or ":" in name or "," in name:
+        if (
+            not isinstance(name, str)
+            or not name
+            or len(name) > 100
+            or ":" in name
+            or "," in name
+            # NUL or a lone surrogate: PostgreSQL cannot store the queue's name.
+            or text_problem(name)
+        ):
             errors.append(
                 Error(
                     f"Queue name {name!r} is invalid.",
@@ -163,22 +193,43 @@ def _check_timing(merged: dict[str, Any]) -> list[CheckMessage]:
                     id="durable_jobs.E004",
                 )
             )
+        elif not value <= MAX_SECONDS:
+            # NaN passes every comparison above, and inf or a huge number overflows the
+            # datetime arithmetic the workers do with it: a crash in every worker's loop.
+            errors.append(
+                Error(
+                    f"{key} must be a finite number of seconds, at most {MAX_SECONDS:g} "
+                    f"(a year) (got {value!r}).",
+                    hint=HINT_DOCS,
+                    id="durable_jobs.E004",
+                )
+            )
     prune = merged["PRUNE_AFTER_DAYS"]
     if prune is not None and (
-        isinstance(prune, bool) or not isinstance(prune, int | float) or prune <= 0
+        isinstance(prune, bool)
+        or not isinstance(prune, int | float)
+        # "not <=" also refuses NaN; inf would crash every worker's pruner.
+        or not 0 < prune <= MAX_PRUNE_DAYS
     ):
         errors.append(
             Error(
-                f"PRUNE_AFTER_DAYS must be a positive number or None (got {prune!r}).",
+                f"PRUNE_AFTER_DAYS must be a positive number of at most {MAX_PRUNE_DAYS} "
+                f"or None (got {prune!r}).",
                 hint="None keeps finished jobs forever.",
                 id="durable_jobs.E004",
             )
         )
     retries = merged["DEFAULT_MAX_RETRIES"]
-    if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+    if (
+        isinstance(retries, bool)
+        or not isinstance(retries, int)
+        # The column's limit: a larger default would make every enqueue fail.
+        or not 0 <= retries <= MAX_RETRIES
+    ):
         errors.append(
             Error(
-                f"DEFAULT_MAX_RETRIES must be an integer >= 0 (got {retries!r}).",
+                f"DEFAULT_MAX_RETRIES must be an integer from 0 to {MAX_RETRIES} "
+                f"(got {retries!r}).",
                 hint=HINT_DOCS,
                 id="durable_jobs.E004",
             )
@@ -322,3 +373,114 @@ def check_declared_schedules(
                 )
             )
     return messages
+
+
+@register()
+def check_requestable_handlers(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
+) -> list[CheckMessage]:
+    """The client boundary's options of each handler (see ``durable_jobs.urls``)."""
+    from durable_jobs.registry import all_handlers
+
+    messages: list[CheckMessage] = []
+    for handler in all_handlers().values():
+        who = f"Job handler {handler.name!r}"
+        if handler.requestable is not True:
+            if handler.requestable is not False:
+                messages.append(
+                    Error(
+                        f"{who}: requestable must be True or False (got {handler.requestable!r}).",
+                        hint="@job(requestable=True) lets HTTP clients request it.",
+                        id="durable_jobs.E016",
+                    )
+                )
+            given = [
+                option
+                for option, value in (
+                    ("permission", handler.permission),
+                    ("throttle", handler.throttle),
+                    ("expose_result", handler.expose_result or None),
+                )
+                if value is not None
+            ]
+            if given:
+                messages.append(
+                    Error(
+                        f"{who} sets {', '.join(given)}, which apply only to requestable "
+                        "handlers, but is not requestable.",
+                        hint="Add requestable=True, or remove those options.",
+                        id="durable_jobs.E016",
+                    )
+                )
+            continue
+        messages += _check_permission(who, handler.permission)
+        messages += _check_throttle(who, handler.throttle)
+        if not isinstance(handler.expose_result, bool):
+            messages.append(
+                Error(
+                    f"{who}: expose_result must be True or False (got {handler.expose_result!r}).",
+                    hint="expose_result=True shows a completed job's result to its requesters.",
+                    id="durable_jobs.E016",
+                )
+            )
+    return messages
+
+
+def _check_permission(who: str, permission: Any) -> list[CheckMessage]:
+    if permission is None:
+        return []
+    hint = 'A Django permission as "app_label.codename", as in permission="reports.export_report".'
+    if not isinstance(permission, str) or not re.fullmatch(r"[^.\s]+\.[^\s]+", permission):
+        return [
+            Error(
+                f"{who}: permission must be a string 'app_label.codename' (got {permission!r}).",
+                hint=hint,
+                id="durable_jobs.E015",
+            )
+        ]
+    label = permission.split(".", 1)[0]
+    if not any(config.label == label for config in apps.get_app_configs()):
+        return [
+            Error(
+                f"{who}: permission {permission!r} names app label {label!r}, which is not "
+                "an installed app; nobody could ever have it.",
+                hint=hint + " The app label is the app's, not its module path.",
+                id="durable_jobs.E015",
+            )
+        ]
+    return []
+
+
+def _check_throttle(who: str, throttle: Any) -> list[CheckMessage]:
+    from durable_jobs.flow.rates import InvalidRate, parse_rate
+
+    if throttle is None:
+        return []
+    try:
+        if not isinstance(throttle, str):
+            raise InvalidRate(f"Invalid throttle {throttle!r}: it must be a string")
+        _, period = parse_rate(throttle)
+    except InvalidRate as exc:
+        return [
+            Error(
+                f"{who}: {exc}.",
+                hint='For example throttle="10/1m": at most 10 requests per user in any minute.',
+                id="durable_jobs.E014",
+            )
+        ]
+    prune = merged_settings()["PRUNE_AFTER_DAYS"]
+    if (
+        isinstance(prune, int | float)
+        and not isinstance(prune, bool)
+        and prune > 0
+        and period > prune * 86400
+    ):
+        return [
+            Warning(
+                f"{who}: the throttle's period ({throttle}) is longer than PRUNE_AFTER_DAYS "
+                f"({prune}); requests whose jobs were pruned stop counting.",
+                hint="Shorten the period, or keep finished jobs longer.",
+                id="durable_jobs.W004",
+            )
+        ]
+    return []

@@ -17,6 +17,7 @@ from durable_jobs.exceptions import EnqueueError
 from durable_jobs.handlers import EnqueueOptions, _check_priority, _check_queue, _check_retries
 from durable_jobs.logging import log_event
 from durable_jobs.models import Job
+from durable_jobs.payload import check_json, text_problem
 from durable_jobs.redaction import redact
 from durable_jobs.states import State
 from durable_jobs.wakeup import wake_local_workers
@@ -25,6 +26,9 @@ if TYPE_CHECKING:
     from durable_jobs.handlers import JobHandler, PreparedJob
 
 logger = logging.getLogger("durable_jobs")
+
+#: Job.max_retries is a PositiveIntegerField (PostgreSQL ``integer``).
+MAX_RETRIES = 2**31 - 1
 
 
 def enqueue(name: str, payload: Mapping[str, Any] | None = None, **options: Any) -> Job:
@@ -35,6 +39,15 @@ def enqueue(name: str, payload: Mapping[str, Any] | None = None, **options: Any)
     ``options`` are those of :meth:`JobHandler.using`.
     """
     handler = registry.get_handler(name)
+    if payload is not None and not (
+        isinstance(payload, Mapping) and all(isinstance(k, str) for k in payload)
+    ):
+        # Else dict(payload) or **payload would fail with a bare TypeError or ValueError.
+        raise EnqueueError(
+            f"{handler.name}: the payload must be a dict of keyword arguments with string "
+            f'keys, as in enqueue("{handler.name}", {{"order_id": 1}}); '
+            f"got {type(payload).__name__}"
+        )
     return handler.using(**options).delay(**dict(payload or {}))
 
 
@@ -51,6 +64,11 @@ def build_job(
     key = options.idempotency_key
     if key is not None and (not isinstance(key, str) or not key or len(key) > 255):
         raise EnqueueError(f"{handler.name}: idempotency_key must be a string of 1-255 characters")
+    for label, text in (("idempotency_key", key), ("queue", options.queue)):
+        problem = isinstance(text, str) and text_problem(text)
+        if problem:
+            # SQLite would store it; PostgreSQL refuses it and aborts the transaction.
+            raise EnqueueError(f"{handler.name}: {label} cannot be {problem}")
     unique_states = ""
     if key is None and handler.unique is not None:
         # An explicit idempotency_key wins; it holds for the job's whole life.
@@ -68,6 +86,16 @@ def build_job(
         max_retries = handler.max_retries
     if max_retries is None:
         max_retries = get_settings().default_max_retries
+    if max_retries > MAX_RETRIES:
+        # Past the column's range the insert fails with a bare OverflowError or DataError.
+        raise EnqueueError(f"{handler.name}: max_retries can be at most {MAX_RETRIES}")
+    # Stored as JSON like the payload, with the same rules (a datetime would fail the insert
+    # with a bare TypeError; NUL text would abort PostgreSQL's transaction).
+    if options.meta is not None and not isinstance(options.meta, Mapping):
+        raise EnqueueError(
+            f"{handler.name}: meta must be a dict, not {type(options.meta).__name__}"
+        )
+    meta = check_json(f"{handler.name} meta", dict(options.meta or {}))
     return Job(
         queue=queue,
         name=handler.name,
@@ -83,7 +111,7 @@ def build_job(
         available_at=available_at,
         created_at=now,
         updated_at=now,
-        meta=dict(options.meta or {}),
+        meta=meta,
     )
 
 

@@ -10,9 +10,20 @@ class Snooze(Exception):
     """Run this job again later; the attempt is given back."""
 
     def __init__(self, seconds: float = 60) -> None:
-        if seconds < 0:
-            raise ValueError("Snooze(seconds) needs a number of seconds >= 0")
-        self.seconds = float(seconds)
+        from durable_jobs.backoff import MAX_DELAY_SECONDS
+
+        try:
+            value = float(seconds)
+        except (TypeError, ValueError):
+            value = -1.0
+        # Checked here, in the handler, so a bad value fails the attempt with this message;
+        # NaN, inf or a huge number would otherwise overflow in the worker's loop.
+        if not 0 <= value <= MAX_DELAY_SECONDS:
+            raise ValueError(
+                f"Snooze(seconds) needs a number of seconds from 0 to {MAX_DELAY_SECONDS:g} "
+                f"(a year), not {seconds!r}"
+            )
+        self.seconds = value
         super().__init__(f"snoozed for {self.seconds:g}s")
 
 

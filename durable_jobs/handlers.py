@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import inspect
+import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Generic, Literal, ParamSpec, TypeVar, overload
 
@@ -56,13 +57,24 @@ class JobHandler(Generic[P, R]):
         unique: Unique | None = None,
         concurrency_key: ConcurrencyKey | None = None,
         concurrency_limit: int = 1,
+        requestable: bool = False,
+        permission: str | None = None,
+        throttle: str | None = None,
+        expose_result: bool = False,
     ) -> None:
         self.func = func
+        # A name that is not text is refused by the registry, with the others it cannot hold.
+        if isinstance(name, str) and not name.strip():
+            raise ValueError(
+                f"@job(name=...) of {func.__module__}.{func.__qualname__} must be a non-empty "
+                "string; leave it out to use the function's dotted path"
+            )
         self.name = name or f"{func.__module__}.{func.__qualname__}"
         self.queue = _check_queue(queue, self.name)
         self.priority = _check_priority(priority, self.name)
         self.max_retries = _check_retries(max_retries, self.name)
-        if timeout is not None and timeout <= 0:
+        # `not 0 < timeout < inf` also refuses NaN, which compares false with everything.
+        if timeout is not None and not 0 < timeout < math.inf:
             raise ValueError(
                 f"@job(timeout=...) of {self.name} must be a positive number of seconds"
             )
@@ -91,6 +103,16 @@ class JobHandler(Generic[P, R]):
             raise ValueError(f"@job(concurrency_limit=...) of {self.name} must be an integer >= 1")
         self.concurrency_key = concurrency_key
         self.concurrency_limit = concurrency_limit
+        # The client boundary (durable_jobs.urls). Checked by manage.py check
+        # (durable_jobs.E014-E016), and refused at request time if still invalid.
+        #: Clients may request this job over HTTP.
+        self.requestable = requestable
+        #: The Django permission ("app_label.codename") a requesting user must have.
+        self.permission = permission
+        #: At most this many requests per user in a sliding window, as in "10/1m".
+        self.throttle = throttle
+        #: A completed job's result is shown to the users who requested it.
+        self.expose_result = expose_result
         self.__doc__ = func.__doc__
         self.__name__ = getattr(func, "__name__", self.name)
         self.__qualname__ = getattr(func, "__qualname__", self.name)
@@ -214,6 +236,10 @@ def job(
     unique: Unique | None = None,
     concurrency_key: ConcurrencyKey | None = None,
     concurrency_limit: int = 1,
+    requestable: bool = False,
+    permission: str | None = None,
+    throttle: str | None = None,
+    expose_result: bool = False,
     takes_context: Literal[False] = False,
 ) -> Callable[[Callable[P, R]], JobHandler[P, R]]: ...
 
@@ -230,6 +256,10 @@ def job(
     unique: Unique | None = None,
     concurrency_key: ConcurrencyKey | None = None,
     concurrency_limit: int = 1,
+    requestable: bool = False,
+    permission: str | None = None,
+    throttle: str | None = None,
+    expose_result: bool = False,
     takes_context: Literal[True],
 ) -> Callable[[Callable[..., R]], JobHandler[..., R]]:
     # The stored arguments exclude ``context``, which a ParamSpec cannot drop: such

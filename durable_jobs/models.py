@@ -369,3 +369,37 @@ class Schedule(models.Model):
 
     def __str__(self) -> str:
         return self.id
+
+
+class JobRequest(models.Model):
+    """A job a client requested over HTTP (:mod:`durable_jobs.urls`): who asked, with which key.
+
+    The row maps a user's ``Idempotency-Key`` for a handler to the job it got, so a
+    retried request finds the same job; it decides who may read a job's status; and
+    the handler's ``throttle`` counts these rows, one index range per user and handler.
+    Several rows may share a job: the users a ``unique`` handler answered with one job.
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    # Deleted with the job (pruning and operators' deletes included).
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="requests")
+    user = models.CharField(max_length=255, help_text="The requesting user's primary key.")
+    name = models.CharField(max_length=255, help_text="The handler's registered name.")
+    key = models.CharField(max_length=255, help_text="The client's Idempotency-Key.")
+    # SHA-256 of the arguments, so that a key reused with other arguments is refused.
+    fingerprint = models.CharField(max_length=64)
+    created_at = models.DateTimeField(default=now)
+
+    class Meta:
+        ordering = ["-id"]
+        constraints = [
+            # One job per user, handler and key, whatever the job's own key is.
+            models.UniqueConstraint(fields=["user", "name", "key"], name="durable_request_key")
+        ]
+        indexes = [
+            # The throttle: a user's newest requests of one handler.
+            models.Index(fields=["user", "name", "created_at"], name="durable_request_recent_idx")
+        ]
+
+    def __str__(self) -> str:
+        return f"job {self.job_id} requested by user {self.user}"

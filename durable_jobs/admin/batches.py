@@ -10,6 +10,7 @@ from django.urls import reverse
 from django.utils.html import format_html
 
 from durable_jobs.admin.display import badge, pretty_json, progress_bar
+from durable_jobs.admin.filters import SafeLookupsMixin
 from durable_jobs.insights import batch_to_dict
 from durable_jobs.models import Batch
 
@@ -30,7 +31,7 @@ BATCH_FIELDS = (
 
 
 @admin.register(Batch)
-class BatchAdmin(admin.ModelAdmin):
+class BatchAdmin(SafeLookupsMixin, admin.ModelAdmin):
     list_display = ["id", "name", "status", "progress", "counts_shown", "created_at"]
     search_fields = ["name"]
     show_full_result_count = False

@@ -8,17 +8,59 @@ the handler registry, and the count stops at a cap.
 
 from __future__ import annotations
 
+import datetime
 from typing import Any
 
 from django.contrib import admin
+from django.core.exceptions import FieldDoesNotExist
 from django.core.paginator import Paginator
+from django.db import models
 from django.db.models import QuerySet
 from django.http import HttpRequest
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 from django.utils.functional import cached_property
 
 from durable_jobs import overview
 from durable_jobs.models import FAILED_OUTCOMES, Attempt, Job
+from durable_jobs.payload import text_problem
 from durable_jobs.registry import all_handlers
+
+#: Lookups a URL may not use: a hand-written ``?name__regex=(`` is an invalid regular
+#: expression to the database, a server error rather than an empty list.
+_UNSAFE_LOOKUPS = frozenset({"regex", "iregex"})
+
+
+class SafeLookupsMixin:
+    """Refuses (Django answers 400) URL lookups that would make the list's query fail.
+
+    Django lets any ``?field__lookup=value`` of the model's own fields through to the
+    query. Some fail in the database instead of matching nothing: NUL text (PostgreSQL),
+    lookups into JSON columns (``?payload__contains=``: SQLite has no such lookup),
+    regular expressions, and times that overflow when converted to UTC (SQLite).
+    """
+
+    def lookup_allowed(self, lookup: str, value: str, request: HttpRequest | None = None) -> bool:
+        model: Any = getattr(self, "model", None)
+        parts = lookup.split("__")
+        if text_problem(value) or parts[-1] in _UNSAFE_LOOKUPS:
+            return False
+        try:
+            field = model._meta.get_field(parts[0])
+        except FieldDoesNotExist:  # Django answers ?e=1 for it, or a list filter uses it
+            field = None
+        if isinstance(field, models.JSONField):
+            return False
+        if isinstance(field, models.DateTimeField):
+            try:
+                moment = parse_datetime(value)
+                if moment is not None:
+                    if timezone.is_naive(moment):
+                        moment = timezone.make_aware(moment)
+                    moment.astimezone(datetime.UTC)  # as the query will
+            except (ValueError, OverflowError):
+                return False
+        return super().lookup_allowed(lookup, value, request)  # type: ignore[misc]
 
 
 class QueueFilter(admin.SimpleListFilter):

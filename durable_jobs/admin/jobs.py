@@ -13,7 +13,13 @@ from django.utils.html import format_html, format_html_join
 
 from durable_jobs import actions
 from durable_jobs.admin.display import age, badge, pretty_json, progress_bar, report
-from durable_jobs.admin.filters import CappedPaginator, ErrorFilter, NameFilter, QueueFilter
+from durable_jobs.admin.filters import (
+    CappedPaginator,
+    ErrorFilter,
+    NameFilter,
+    QueueFilter,
+    SafeLookupsMixin,
+)
 from durable_jobs.flow.why import explain
 from durable_jobs.models import Attempt, Job
 from durable_jobs.states import CLAIMABLE, FINAL, State
@@ -48,7 +54,7 @@ class AttemptInline(admin.TabularInline):
 
 
 @admin.register(Job)
-class JobAdmin(admin.ModelAdmin):
+class JobAdmin(SafeLookupsMixin, admin.ModelAdmin):
     list_display = [
         "id",
         "name",

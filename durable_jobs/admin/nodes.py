@@ -9,12 +9,13 @@ from django.db.models import Count, Q, QuerySet
 from django.http import HttpRequest
 
 from durable_jobs.admin.display import age, badge
+from durable_jobs.admin.filters import SafeLookupsMixin
 from durable_jobs.models import Node
 from durable_jobs.states import State
 
 
 @admin.register(Node)
-class NodeAdmin(admin.ModelAdmin):
+class NodeAdmin(SafeLookupsMixin, admin.ModelAdmin):
     list_display = [
         "name",
         "status",

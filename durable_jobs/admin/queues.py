@@ -10,6 +10,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from durable_jobs.admin.display import badge
+from durable_jobs.admin.filters import SafeLookupsMixin
 from durable_jobs.flow import queues
 from durable_jobs.flow.rates import InvalidRate, parse_rate
 from durable_jobs.models import Queue
@@ -55,7 +56,7 @@ class QueueForm(forms.ModelForm):
 
 
 @admin.register(Queue)
-class QueueAdmin(admin.ModelAdmin):
+class QueueAdmin(SafeLookupsMixin, admin.ModelAdmin):
     form = QueueForm
     list_display = ["name", "status", "rate_shown", "global_concurrency", "paused_at"]
     list_filter = ["paused"]

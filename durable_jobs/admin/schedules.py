@@ -8,6 +8,7 @@ from django.http import HttpRequest
 from django.utils.html import format_html, format_html_join
 
 from durable_jobs.admin.display import badge, pretty_json
+from durable_jobs.admin.filters import SafeLookupsMixin
 from durable_jobs.exceptions import DurableJobsError
 from durable_jobs.models import Schedule
 from durable_jobs.schedules.expressions import get_zone
@@ -42,7 +43,7 @@ SCHEDULE_FIELDS = (
 
 
 @admin.register(Schedule)
-class ScheduleAdmin(admin.ModelAdmin):
+class ScheduleAdmin(SafeLookupsMixin, admin.ModelAdmin):
     list_display = [
         "id",
         "enabled",

@@ -125,12 +125,15 @@ class PostgreSQLListener:
 
     def connect(self) -> None:
         from django.db import connections
+        from psycopg import sql as psycopg_sql
 
         wrapper = connections[self.alias]
         params = wrapper.get_connection_params()
         conn = wrapper.get_new_connection(params)
         conn.autocommit = True
-        conn.execute(f'LISTEN "{self.channel}"')
+        # Quoted as an identifier, not pasted between quotes: a '"' in NOTIFY_CHANNEL
+        # would otherwise end the identifier and break (or inject into) the statement.
+        conn.execute(psycopg_sql.SQL("LISTEN {}").format(psycopg_sql.Identifier(self.channel)))
         self._conn = conn
 
     def wait(self, timeout: float) -> list[str]:

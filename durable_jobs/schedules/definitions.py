@@ -11,7 +11,10 @@ from durable_jobs import registry
 from durable_jobs.exceptions import EnqueueError
 from durable_jobs.handlers import JobHandler, _check_priority, _check_queue
 from durable_jobs.models import CatchUp
+from durable_jobs.payload import check_json, text_problem
 from durable_jobs.schedules.expressions import (
+    UTC,
+    Cron,
     Expression,
     InvalidSchedule,
     Once,
@@ -22,6 +25,8 @@ from durable_jobs.schedules.expressions import (
 )
 
 MAX_ID_LENGTH = 150
+#: Schedule.expression's max_length.
+MAX_EXPRESSION_LENGTH = 200
 
 
 @dataclass
@@ -68,6 +73,17 @@ def build_spec(
         raise InvalidSchedule(
             f"A schedule id must be a non-empty string of at most {MAX_ID_LENGTH} characters"
         )
+    problem = text_problem(id)
+    if problem:
+        # PostgreSQL would refuse the row (and abort the caller's transaction).
+        raise InvalidSchedule(f"A schedule id cannot be {problem}")
+    for label, mapping in (("payload", payload), ("metadata", metadata)):
+        if mapping is not None and not isinstance(mapping, Mapping):
+            # dict("text") or dict(5) would raise a bare ValueError or TypeError.
+            raise InvalidSchedule(
+                f"Schedule {id!r}: {label} must be a dict, as in {{'order_id': 1}} "
+                f"(got {type(mapping).__name__})."
+            )
     given = [x for x in (expression, interval, run_at) if x is not None]
     if len(given) != 1:
         raise InvalidSchedule(
@@ -81,14 +97,32 @@ def build_spec(
     else:
         assert run_at is not None
         parsed = once_at(run_at)
-    get_zone(timezone)
+    zone = get_zone(timezone)
+    if isinstance(parsed, Cron) and parsed.next_after(datetime.datetime.now(UTC), zone) is None:
+        # "0 0 30 2 *" (February 30th): saved, it would sit enabled and never run.
+        raise InvalidSchedule(
+            f"Cron expression {str(parsed)!r} never occurs (check the day of the month "
+            "against the month); nothing was saved."
+        )
     handler = name if isinstance(name, JobHandler) else registry.get_handler(name)
     try:
         checked_payload = handler.check_arguments((), dict(payload or {}))
         queue_name = handler.queue if queue is None else _check_queue(queue, handler.name)
         prio = handler.priority if priority is None else _check_priority(priority, handler.name)
+        # Metadata is stored as JSON too: a datetime would fail the save with a bare
+        # TypeError, NUL text would abort PostgreSQL's transaction.
+        checked_metadata = check_json(f"{handler.name} metadata", dict(metadata or {}))
     except EnqueueError as exc:
         raise InvalidSchedule(f"Schedule {id!r}: {exc}") from None
+    problem = text_problem(queue_name)
+    if problem:
+        raise InvalidSchedule(f"Schedule {id!r}: the queue name cannot be {problem}")
+    if len(str(parsed)) > MAX_EXPRESSION_LENGTH:
+        # The column's length: PostgreSQL would refuse the row, SQLite keep it whole.
+        raise InvalidSchedule(
+            f"Schedule {id!r}: the expression is longer than {MAX_EXPRESSION_LENGTH} "
+            "characters; shorten it with ranges (1-5) and steps (*/15)."
+        )
     if catch_up not in CatchUp.values:
         raise InvalidSchedule(
             f"Schedule {id!r}: catch_up must be one of {', '.join(CatchUp.values)} "
@@ -98,9 +132,11 @@ def build_spec(
         ("max_consecutive_fails", max_consecutive_fails),
         ("catch_up_limit", catch_up_limit),
     ):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        # The upper bound is the column's (PositiveIntegerField): past it the save fails.
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 2**31 - 1:
             raise InvalidSchedule(
-                f"Schedule {id!r}: {label} must be an integer >= 1 (got {value!r})."
+                f"Schedule {id!r}: {label} must be an integer from 1 to {2**31 - 1} "
+                f"(got {value!r})."
             )
     return ScheduleSpec(
         id=id,
@@ -114,7 +150,7 @@ def build_spec(
         max_consecutive_fails=max_consecutive_fails,
         catch_up=catch_up,
         catch_up_limit=catch_up_limit,
-        metadata=dict(metadata or {}),
+        metadata=checked_metadata,
     )
 
 

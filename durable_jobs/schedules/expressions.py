@@ -52,6 +52,8 @@ _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _MAX_SHIFT = datetime.timedelta(hours=3)
 #: Candidates examined before deciding an expression has no further occurrence.
 _MAX_CANDIDATES = 200_000
+#: The longest interval (100 years), far inside what datetime arithmetic can hold.
+MAX_INTERVAL_SECONDS = 36500 * 86400.0
 
 
 class InvalidSchedule(DurableJobsError, ValueError):
@@ -63,7 +65,9 @@ def get_zone(name: str) -> ZoneInfo:
         raise InvalidSchedule("timezone must be an IANA name such as 'UTC' or 'Europe/Paris'")
     try:
         return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError):
+    # OSError: a name that is a directory of the zone database ("America") or too long
+    # for a file name reaches the file system before ZoneInfo can call it unknown.
+    except (ZoneInfoNotFoundError, ValueError, OSError):
         raise InvalidSchedule(
             f"Unknown timezone {name!r}. Use an IANA name such as 'UTC', 'Europe/Paris' or "
             "'America/New_York' (install the tzdata package if the system has no zone files)."
@@ -233,7 +237,8 @@ def parse_interval(value: str | datetime.timedelta) -> Interval:
     if isinstance(value, datetime.timedelta):
         seconds = value.total_seconds()
     else:
-        match = _INTERVAL_RE.match(value)
+        # A number (from settings, say) would reach re.match and raise a bare TypeError.
+        match = _INTERVAL_RE.match(value) if isinstance(value, str) else None
         if not match:
             raise InvalidSchedule(
                 f"Invalid interval {value!r}; use a number and a unit: 30s, 5m, 2h or 1d."
@@ -241,6 +246,13 @@ def parse_interval(value: str | datetime.timedelta) -> Interval:
         seconds = float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
     if seconds <= 0:
         raise InvalidSchedule(f"An interval must be longer than zero (got {value!r}).")
+    if not seconds <= MAX_INTERVAL_SECONDS:
+        # "99999999999d" (or "9" * 400 + "s", which is inf) would overflow the datetime
+        # arithmetic of every next run: refused here, before anything is saved.
+        raise InvalidSchedule(
+            f"An interval can be at most {MAX_INTERVAL_SECONDS // 86400:g}d (got {value!r}); "
+            "use a cron expression or once:<time> for rarer runs."
+        )
     return Interval(seconds=seconds)
 
 
@@ -261,7 +273,11 @@ def once_at(at: datetime.datetime) -> Once:
             "A one-off schedule needs an aware datetime (with a timezone or offset), e.g. "
             "timezone.now() + timedelta(hours=1) or datetime(..., tzinfo=ZoneInfo('UTC'))."
         )
-    return Once(at=at.astimezone(UTC))
+    try:
+        return Once(at=at.astimezone(UTC))
+    except OverflowError:
+        # 9999-12-31T23:00:00-05:00 is after the last datetime in UTC.
+        raise InvalidSchedule(f"The time {at.isoformat()} is out of range in UTC.") from None
 
 
 def format_interval(seconds: float) -> str:

@@ -16,6 +16,7 @@ from durable_jobs.db import backend_for
 from durable_jobs.exceptions import DurableJobsError
 from durable_jobs.handlers import JobHandler
 from durable_jobs.models import CatchUp, Job, Schedule
+from durable_jobs.payload import text_problem
 from durable_jobs.schedules import heartbeat
 from durable_jobs.schedules.definitions import ScheduleSpec, build_spec
 from durable_jobs.schedules.expressions import Once, get_zone, parse, upcoming
@@ -162,6 +163,10 @@ class Scheduler:
     # -- reading ----------------------------------------------------------------------------
 
     def get(self, id: str) -> Schedule:
+        if not isinstance(id, str) or text_problem(id):
+            # No schedule can have such an id (build_spec refuses it), and PostgreSQL
+            # would refuse the query itself, aborting the caller's transaction.
+            raise ScheduleNotFound(id)
         try:
             return Schedule.objects.using(self.alias).get(pk=id)
         except Schedule.DoesNotExist:
@@ -256,6 +261,8 @@ class Scheduler:
 
     def remove(self, id: str) -> bool:
         """Delete the schedule (its jobs stay). False if there was none."""
+        if not isinstance(id, str) or text_problem(id):
+            return False  # as in get(): no schedule has it, and the query would fail
         deleted, _ = Schedule.objects.using(self.alias).filter(pk=id).delete()
         return bool(deleted)
 

@@ -17,7 +17,7 @@ from durable_jobs.context import JobContext
 from durable_jobs.flow import queues as flow_queues
 from durable_jobs.handlers import JobHandler
 from durable_jobs.logging import JobLoggerAdapter, job_fields
-from durable_jobs.models import Job
+from durable_jobs.models import Job, Outcome
 from durable_jobs.states import CLAIMABLE, State, claim
 from durable_jobs.worker.execute import call_handler, execute
 
@@ -34,6 +34,9 @@ def drain(
     ``with_scheduled=True`` also runs jobs whose ``available_at`` is in the future,
     including retries waiting for their backoff, as if the time had come. Returns a
     count of outcomes, e.g. ``Counter({"completed": 3, "failed": 1})``.
+
+    A handler that raises ``SystemExit`` or ``KeyboardInterrupt`` fails its job, as in a
+    worker; a ``KeyboardInterrupt`` (which may be Ctrl-C) then also stops the drain.
     """
     outcomes: collections.Counter[str] = collections.Counter()
     while sum(outcomes.values()) < limit:
@@ -54,9 +57,22 @@ def drain(
                 queue=name, limit=100, node_id=None, lease_seconds=300, limited=name in limited
             )
             for job in claimed:
-                result = execute(job, node=TEST_NODE)
+                stop: BaseException | None = None
+                try:
+                    result = execute(job, node=TEST_NODE)
+                except BaseException as exc:
+                    # SystemExit, KeyboardInterrupt, ... from the handler: a worker records
+                    # them as the job's failure; so does drain, rather than leave it leased.
+                    result = acks.unreported_result(
+                        job, now=timezone.now(), outcome=Outcome.FAILED, error=exc
+                    )
+                    # Here, unlike in a worker's pool thread, it may be the developer's
+                    # Ctrl-C: record it, then let it stop the drain.
+                    stop = exc if isinstance(exc, KeyboardInterrupt) else None
                 acks.apply(acks.decide(result, node=TEST_NODE))
                 outcomes[result.outcome.value] += 1
+                if stop is not None:
+                    raise stop
             ran += len(claimed)
         if not ran:
             break  # what is left waits on a paused queue, a rate limit or a held key

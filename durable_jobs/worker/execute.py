@@ -20,7 +20,7 @@ from durable_jobs.context import JobContext
 from durable_jobs.exceptions import Cancel, Discard, JobTimeout, PayloadMismatch, Snooze, UnknownJob
 from durable_jobs.logging import JobLoggerAdapter, job_fields
 from durable_jobs.models import Job, Outcome
-from durable_jobs.payload import bind_stored
+from durable_jobs.payload import _first_unstorable, bind_stored
 
 
 @dataclass
@@ -102,10 +102,24 @@ async def _call_async(func: Any, timeout: float | None, args: tuple, kwargs: dic
 
 
 def _storable(value: Any) -> Any:
-    """The handler's return value if JSON keeps it, else its text."""
+    """The handler's return value if JSON keeps it (in every database), else its text.
+
+    Never raises: the handler has already run, so a result that cannot be stored must
+    not turn its success into a failure (and a retry that repeats its side effects).
+    """
     try:
-        if json.loads(json.dumps(value, allow_nan=False)) == value:
+        # The payload's rules: text PostgreSQL refuses (NUL, lone surrogates) and nesting
+        # too deep to show are kept as text too, the same on every database.
+        if _first_unstorable(value, "result") is None and (
+            json.loads(json.dumps(value, allow_nan=False)) == value
+        ):
             return value
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RecursionError):
         pass
-    return {"repr": repr(value)[:10_000]}
+    try:
+        text = repr(value)
+    except Exception as exc:  # RecursionError for deep values, or a __repr__ that fails
+        text = f"<{type(value).__name__} that could not be shown: {type(exc).__name__}>"
+    # A custom __repr__ may return NUL or lone surrogates itself: escape them.
+    text = text[:10_000].encode("utf-8", "backslashreplace").decode("utf-8")
+    return {"repr": text.replace("\x00", "\\x00")}

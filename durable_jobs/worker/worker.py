@@ -28,6 +28,7 @@ from django.db import Error as DatabaseError
 from django.utils import timezone
 
 from durable_jobs import acks, wakeup
+from durable_jobs.backoff import MAX_DELAY_SECONDS
 from durable_jobs.conf import get_settings
 from durable_jobs.db import backend_for
 from durable_jobs.db.upkeep import refresh_thread_connections
@@ -35,11 +36,12 @@ from durable_jobs.exceptions import ImproperlyConfiguredQueue, JobTimeout
 from durable_jobs.flow import queues as flow_queues
 from durable_jobs.logging import log_event
 from durable_jobs.models import Job, Node, Outcome
+from durable_jobs.payload import text_problem
 from durable_jobs.plugins import Heartbeat, Plugin, default_plugins
 from durable_jobs.states import claim
 from durable_jobs.worker.execute import RunResult, execute
 from durable_jobs.worker.node import register_node
-from durable_jobs.worker.pool import ThreadPool
+from durable_jobs.worker.pool import Interrupted, ThreadPool
 
 logger = logging.getLogger("durable_jobs.worker")
 
@@ -61,7 +63,10 @@ class Running:
 class WorkerStats:
     claimed: int = 0
     finished: int = 0
+    #: Outcomes recorded (written under the job's lease), by attempt outcome.
     outcomes: collections.Counter[str] = field(default_factory=collections.Counter)
+    #: Outcomes refused because the job had moved on (rescued, cancelled): not counted above.
+    rejected: int = 0
 
 
 def parse_queues(
@@ -105,6 +110,15 @@ def parse_queue_spec(
         if not name:
             raise ImproperlyConfiguredQueue(
                 f"Empty queue name in {spec!r}; use name[:concurrency],..."
+            )
+        problem = text_problem(name)
+        if problem or len(name) > 100:
+            # The queue's row could not be stored (PostgreSQL), so the worker would fail
+            # at start with a misleading database error, or claim forever in vain.
+            raise ImproperlyConfiguredQueue(
+                f"Queue name {name[:120]!r} is "
+                + (problem or "longer than 100 characters")
+                + "; queue names are 1-100 characters of text"
             )
         if limit:
             try:
@@ -175,8 +189,13 @@ class Worker:
         self.poll_interval = float(
             settings.poll_interval if poll_interval is None else poll_interval
         )
-        if self.lease_seconds <= 0 or self.heartbeat_seconds <= 0 or self.poll_interval <= 0:
-            raise ValueError("lease_seconds, heartbeat_seconds and poll_interval must be > 0")
+        timings = (self.lease_seconds, self.heartbeat_seconds, self.poll_interval)
+        # "not 0 < x <= ..." also refuses NaN; inf would overflow the first lease's expiry.
+        if not all(0 < value <= MAX_DELAY_SECONDS for value in timings):
+            raise ValueError(
+                "lease_seconds, heartbeat_seconds and poll_interval must be > 0 and at most "
+                f"{MAX_DELAY_SECONDS:g} seconds (a year)"
+            )
         # The schedule heartbeat runs before the first claim, so a burst worker also
         # processes the occurrences that are due when it starts.
         self.plugins = list(default_plugins(scheduler=scheduler) if plugins is None else plugins)
@@ -189,6 +208,12 @@ class Worker:
 
         self._wake = threading.Event()
         self._closing = threading.Event()
+        # Database failures seen by the loop or the listener, and per pool thread the count
+        # it last checked its connection at: after a failure (a restart breaks every idle
+        # connection) each thread checks its connection once before its next job, instead
+        # of failing that job's attempt on a dead connection.
+        self._database_failures = 0
+        self._checked = threading.local()
         self._results: queue.SimpleQueue[tuple[Running, RunResult | None]] = queue.SimpleQueue()
         self._running: dict[int, Running] = {}
         self._per_queue: collections.Counter[str] = collections.Counter()
@@ -359,12 +384,18 @@ class Worker:
     def _work(self, running: Running) -> RunResult:
         # Connections that errored or outlived a positive CONN_MAX_AGE are closed before
         # and after each job, so a long-running worker survives database restarts.
-        refresh_thread_connections()
+        failures = self._database_failures
+        refresh_thread_connections(verify=getattr(self._checked, "failures", 0) != failures)
+        self._checked.failures = failures
         try:
             return execute(running.job, node=self.node.name, lease_seconds=self.lease_seconds)
-        except (SystemExit, KeyboardInterrupt) as exc:
-            # Raised by the handler itself (signals only reach the main thread): in a pool
-            # thread it can stop nothing but this job, so it is that job's failure.
+        except Interrupted:
+            raise  # the loop's own interruption: it has already recorded the outcome
+        except BaseException as exc:
+            # SystemExit, KeyboardInterrupt or any other BaseException raised by the handler
+            # itself (signals only reach the main thread): in a pool thread it can stop
+            # nothing but this job, so it is that job's failure. Escaping, it would end the
+            # pool thread and leave the job leased, its lease renewed by every heartbeat.
             return acks.unreported_result(
                 running.job, now=timezone.now(), outcome=Outcome.FAILED, error=exc
             )
@@ -395,7 +426,6 @@ class Worker:
     def _finish(self, running: Running, result: RunResult) -> None:
         running.resolved = True
         self.stats.finished += 1
-        self.stats.outcomes[result.outcome] += 1
         self._pending.append(acks.decide(result, node=self.node.name))
 
     def _flush_acks(self) -> None:
@@ -404,7 +434,9 @@ class Worker:
         try:
             # Every outcome collected in this pass, in one transaction: one commit (and on
             # SQLite one turn of the write lock) for the batch instead of one per job.
-            acks.apply_many(self._pending, using=self.alias)
+            written = acks.apply_many(self._pending, using=self.alias)
+            for ack, ok in zip(self._pending, written, strict=True):
+                self._count(ack, ok)
             self._pending.clear()
             return
         except (DataError, IntegrityError):
@@ -412,18 +444,24 @@ class Worker:
         while self._pending:
             ack = self._pending[0]
             try:
-                acks.apply(ack, using=self.alias)
+                self._count(ack, acks.apply(ack, using=self.alias))
             except (DataError, IntegrityError) as exc:
                 # Not transient: the same write would fail forever. Record the outcome
                 # without the handler's data; if even that fails, leave the job to rescue.
                 logger.error("could not record job %s's outcome in full: %s", ack.job.pk, exc)
                 try:
-                    acks.apply(acks.stripped(ack), using=self.alias)
+                    self._count(ack, acks.apply(acks.stripped(ack), using=self.alias))
                 except (DataError, IntegrityError) as again:
                     logger.error(
                         "dropped job %s's outcome (%s); it will be rescued", ack.job.pk, again
                     )
             self._pending.pop(0)
+
+    def _count(self, ack: acks.Ack, written: bool) -> None:
+        if written:
+            self.stats.outcomes[ack.attempt.outcome] += 1
+        else:
+            self.stats.rejected += 1
 
     def _enforce_timeouts(self) -> None:
         now = time.monotonic()
@@ -473,6 +511,7 @@ class Worker:
         return max(wait, 0.001)
 
     def _on_database_error(self, exc: Exception, failures: int) -> None:
+        self._database_failures += 1
         delay = min(0.25 * 2 ** (failures - 1), 10.0)
         logger.warning(
             "database error in worker %s (%s: %s); retrying in %.2fs",
@@ -499,6 +538,7 @@ class Worker:
                 backoff = 0.5
             except Exception as exc:
                 logger.warning("listener lost its connection (%s); reconnecting", exc)
+                self._database_failures += 1
                 listener.close()
                 self._closing.wait(backoff)
                 backoff = min(backoff * 2, 10.0)
@@ -552,7 +592,11 @@ class Worker:
             "worker %s stopped after %s jobs",
             self.node.name,
             self.stats.finished,
-            extra={"node": self.node.name, "outcomes": dict(self.stats.outcomes)},
+            extra={
+                "node": self.node.name,
+                "outcomes": dict(self.stats.outcomes),
+                "rejected": self.stats.rejected,
+            },
         )
 
     def _delete_node(self) -> None:
@@ -568,6 +612,11 @@ class Worker:
 
     def _hand_back_running(self) -> None:
         """Return unfinished jobs to ``queued`` at once, rather than after the lease expires."""
+        # Results already reported are finished jobs, not unfinished ones: take them first
+        # (no database involved). A handler that returned while the grace period's last
+        # pass was busy (flush, heartbeat) was otherwise recorded as interrupted and run
+        # again by another worker: a needless second run (tests/faults/test_graceful_deploy.py).
+        self._collect_results()
         now = timezone.now()
         for running in list(self._running.values()):
             if running.resolved:

@@ -213,3 +213,103 @@ def progress_loop(context: JobContext, steps: int = 1000) -> None:
 # Handlers of other test areas live in their own modules; importing them here registers
 # them, since only jobs.py is autodiscovered.
 from tests.testapp import crash_jobs, partition_jobs, requestable_jobs  # noqa: E402, F401
+
+# -- bad input (tests/test_bad_input*.py) ------------------------------------------------
+# Handlers that hit interpreter limits or raise what a worker must survive. Most have
+# max_retries=0, so one attempt decides their fate and the tests need no clock tricks;
+# the two with a misbehaving backoff have one retry, so that the backoff is asked.
+
+
+class _BadInputBoom(BaseException):
+    """Not an Exception: ``except Exception`` in a worker would not catch it."""
+
+
+class _UnprintableError(Exception):
+    """An error whose message cannot even be formatted."""
+
+    def __str__(self) -> str:
+        raise RuntimeError("__str__ failed on purpose")
+
+
+@job(name="tests.bad_input.recurse", max_retries=0)
+def bad_input_recurse(depth: int = 0) -> int:
+    """Recurses without bound: the interpreter raises RecursionError."""
+    return bad_input_recurse.func(depth + 1) + 1
+
+
+@job(name="tests.bad_input.raises", max_retries=0)
+def bad_input_raises(kind: str) -> None:
+    """Raises what ``kind`` names: the errors and exits a handler might hit."""
+    if kind == "memory":
+        raise MemoryError("simulated: the allocation failed")
+    if kind == "system_exit":
+        raise SystemExit(3)
+    if kind == "keyboard_interrupt":
+        raise KeyboardInterrupt
+    if kind == "base_exception":
+        raise _BadInputBoom("a BaseException that is not an Exception")
+    if kind == "unprintable":
+        raise _UnprintableError
+    if kind == "surrogate":
+        # What a file name with undecodable bytes looks like after os.fsdecode().
+        raise ValueError("cannot open " + b"caf\xe9.txt".decode("utf-8", "surrogateescape"))
+    if kind == "nul":
+        raise ValueError("bad byte \x00 in input")
+    if kind == "snooze_forever":
+        raise Snooze(float("inf"))
+    raise ValueError(f"unknown kind {kind!r}")
+
+
+@job(name="tests.bad_input.returns", max_retries=0)
+def bad_input_returns(kind: str) -> object:
+    """Returns a value JSON cannot store as it is."""
+    if kind == "object":
+        return object()
+    if kind == "set":
+        return {3, 1, 2}
+    if kind == "nan":
+        return float("nan")
+    if kind == "deep":
+        value: object = 1
+        for _ in range(10_000):
+            value = [value]
+        return value
+    if kind == "surrogate":
+        return {"name": b"caf\xe9".decode("utf-8", "surrogateescape")}
+    if kind == "nul":
+        return "a\x00b"
+    if kind == "big_float":
+        return 6.02e23  # PostgreSQL's jsonb would give back an int
+    return kind
+
+
+@job(name="tests.bad_input.logs_surrogate", takes_context=True, max_retries=0)
+def bad_input_logs_surrogate(context: JobContext) -> str:
+    """Logs text no database can store as it is (a lone surrogate), then succeeds."""
+    context.logger.info("file %s", b"caf\xe9".decode("utf-8", "surrogateescape"))
+    return "done"
+
+
+@job(name="tests.bad_input.v2", max_retries=0)
+def bad_input_v2(order_id: int, currency: str) -> str:
+    """Version 2 of a handler: ``currency`` was added without a default after jobs were stored."""
+    return f"{order_id} {currency}"
+
+
+def _failing_backoff(attempt: int) -> float:
+    raise ZeroDivisionError("a backoff with a bug")
+
+
+@job(name="tests.bad_input.failing_backoff", max_retries=1, backoff=_failing_backoff)
+def bad_input_failing_backoff() -> None:
+    """Fails, so that its broken backoff function is asked for a delay."""
+    raise RuntimeError("fails so that the backoff is used")
+
+
+@job(name="tests.bad_input.endless_backoff", max_retries=1, backoff=lambda attempt: float("inf"))
+def bad_input_endless_backoff() -> None:
+    """Fails; its backoff asks for an infinite delay."""
+    raise RuntimeError("fails so that the backoff is used")
+
+
+# -- end of bad input ---------------------------------------------------------------------

@@ -6,6 +6,7 @@ every write goes through the state machine (:mod:`durable_jobs.actions`).
 
 from __future__ import annotations
 
+import argparse
 import datetime
 import json
 import re
@@ -19,11 +20,13 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from durable_jobs import actions, insights, overview
+from durable_jobs.checks import MAX_PRUNE_DAYS
 from durable_jobs.flow import queues as flow_queues
 from durable_jobs.flow.why import explain
 from durable_jobs.management.output import emit_json, table
 from durable_jobs.management.progress import ProgressBar
 from durable_jobs.models import Batch, Job
+from durable_jobs.payload import text_problem
 from durable_jobs.plugins.pruner import prune
 from durable_jobs.states import State
 
@@ -31,17 +34,28 @@ _DURATION = re.compile(r"^(\d+)([smhd])$")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
 
 
+#: Ids are BigAutoFields: anything outside this range can match no row, and would make
+#: SQLite's driver raise OverflowError (PostgreSQL's: "bigint out of range") if queried.
+MAX_ID = 2**63 - 1
+
+
 def since_value(text: str) -> datetime.datetime:
     """``--since``: a duration back from now (``30m``, ``2h``, ``7d``) or an aware ISO time."""
-    match = _DURATION.match(text.strip())
-    if match:
-        return timezone.now() - datetime.timedelta(**{_UNITS[match[2]]: int(match[1])})
+    problem = (
+        f"{text!r} is not a duration back from now (30m, 2h, 7d) or an aware ISO 8601 time "
+        "(2026-01-31T08:00:00+00:00)"
+    )
     try:
+        match = _DURATION.match(text.strip())
+        if match:
+            return timezone.now() - datetime.timedelta(**{_UNITS[match[2]]: int(match[1])})
         value = datetime.datetime.fromisoformat(text)
-    except ValueError:
-        raise ValueError(text) from None
-    if timezone.is_naive(value):
-        raise ValueError(text)
+        if timezone.is_naive(value):
+            raise argparse.ArgumentTypeError(f"{problem}: give the time's UTC offset")
+        value.astimezone(datetime.UTC)  # the database compares in UTC
+    # OverflowError: "99999999999d", or a time whose UTC falls outside years 1-9999.
+    except (ValueError, OverflowError):
+        raise argparse.ArgumentTypeError(problem) from None
     return value
 
 
@@ -49,7 +63,64 @@ def state_value(text: str) -> str:
     try:
         return State(text).value
     except ValueError:
-        raise ValueError(text) from None
+        raise argparse.ArgumentTypeError(
+            f"unknown state {text!r}; states are {', '.join(State.values)}"
+        ) from None
+
+
+def id_value(text: str) -> int:
+    """A job or batch id: a whole number from 1 to :data:`MAX_ID`."""
+    try:
+        number = int(text)
+    except ValueError:
+        number = 0
+    if not 1 <= number <= MAX_ID:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an id: ids are whole numbers >= 1")
+    return number
+
+
+def limit_value(text: str) -> int:
+    try:
+        number = int(text)
+    except ValueError:
+        number = -1
+    if not 0 <= number <= MAX_ID:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of rows (0 or more)")
+    return number
+
+
+def text_value(text: str) -> str:
+    """A name to match: text the database can compare (argv may hold NUL-free but
+    undecodable bytes, which Python turns into lone surrogates)."""
+    problem = text_problem(text)
+    if problem:
+        raise argparse.ArgumentTypeError(f"{text!r} is {problem}")
+    return text
+
+
+def queue_value(text: str) -> str:
+    """A queue to pause or resume: a name a queue can have (its row is created if need be)."""
+    text_value(text)
+    if not text or len(text) > 100 or ":" in text or "," in text:
+        raise argparse.ArgumentTypeError(
+            f"{text[:120]!r} is not a queue name: queue names are 1-100 characters "
+            "without ':' or ','"
+        )
+    return text
+
+
+def days_value(text: str) -> float:
+    try:
+        days = float(text)
+    except ValueError:
+        days = -1.0
+    # "not <=" also refuses NaN; a negative number would prune jobs finished "in the
+    # future", that is every finished job, which --days 0 says plainly if it is meant.
+    if not 0 <= days <= MAX_PRUNE_DAYS:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a number of days from 0 to {MAX_PRUNE_DAYS}"
+        )
+    return days
 
 
 class Command(BaseCommand):
@@ -63,25 +134,25 @@ class Command(BaseCommand):
 
         def filters(p: CommandParser) -> None:
             p.add_argument("--state", type=state_value, action="append", help="Repeatable.")
-            p.add_argument("--queue")
-            p.add_argument("--name", help="The handler's registered name.")
+            p.add_argument("--queue", type=text_value)
+            p.add_argument("--name", type=text_value, help="The handler's registered name.")
             p.add_argument(
                 "--since", type=since_value, help="Created since: 30m, 2h, 7d or an aware ISO time."
             )
-            p.add_argument("--batch", type=int, help="Jobs of this batch (an id).")
+            p.add_argument("--batch", type=id_value, help="Jobs of this batch (an id).")
 
         stats = sub.add_parser("stats", help="Counts per queue and state, lag, nodes.")
         stats.add_argument("--json", action="store_true")
         listing = sub.add_parser("list", help="Jobs, newest first (the default).")
         filters(listing)
-        listing.add_argument("--limit", type=int, default=50)
+        listing.add_argument("--limit", type=limit_value, default=50)
         listing.add_argument("--json", action="store_true")
         show = sub.add_parser("show", help="One job with every attempt.")
-        show.add_argument("id", type=int)
+        show.add_argument("id", type=id_value)
         show.add_argument("--json", action="store_true")
         errors = sub.add_parser("errors", help="Failures grouped by error, newest first.")
         errors.add_argument("--since", type=since_value, default=None, help="Default: 24h.")
-        errors.add_argument("--limit", type=int, default=20)
+        errors.add_argument("--limit", type=limit_value, default=20)
         errors.add_argument("--json", action="store_true")
         for action, text in (
             ("retry", "Put dead, cancelled or retrying jobs back in the queue, now."),
@@ -90,14 +161,14 @@ class Command(BaseCommand):
             ("delete", "Delete jobs and their attempts."),
         ):
             write = sub.add_parser(action, help=text)
-            write.add_argument("ids", type=int, nargs="*")
+            write.add_argument("ids", type=id_value, nargs="*")
             write.add_argument("--all", action="store_true", help="Every job the filters match.")
             filters(write)
             write.add_argument("--yes", action="store_true", help="Do not ask for confirmation.")
         prune_parser = sub.add_parser("prune", help="Delete finished jobs older than N days.")
-        prune_parser.add_argument("--days", type=float, default=None)
+        prune_parser.add_argument("--days", type=days_value, default=None)
         why = sub.add_parser("why", help="Why a waiting job has not started.")
-        why.add_argument("id", type=int)
+        why.add_argument("id", type=id_value)
         why.add_argument("--json", action="store_true")
         queues = sub.add_parser("queues", help="Queues: paused or not, limits, counts.")
         queues.add_argument("--json", action="store_true")
@@ -106,11 +177,11 @@ class Command(BaseCommand):
             ("resume", "Let a paused queue start jobs again."),
         ):
             control = sub.add_parser(action, help=text)
-            control.add_argument("queue", nargs="?")
+            control.add_argument("queue", type=queue_value, nargs="?")
             control.add_argument("--all", action="store_true", help="Every known queue.")
         batches = sub.add_parser("batches", help="Batches with their progress, newest first.")
         batches.add_argument("--open", action="store_true", help="Only unfinished batches.")
-        batches.add_argument("--limit", type=int, default=50)
+        batches.add_argument("--limit", type=limit_value, default=50)
         batches.add_argument("--json", action="store_true")
 
     def handle(self, *args: Any, **options: Any) -> None:

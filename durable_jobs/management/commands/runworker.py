@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import logging
 import sys
 from typing import Any
@@ -14,11 +15,27 @@ from durable_jobs.worker import Worker
 from durable_jobs.worker.node import NodeNameTaken
 from durable_jobs.worker.worker import parse_queue_spec
 
+#: The longest lease, poll interval or grace period accepted (a year): "inf" or "1e300"
+#: would overflow the worker's datetime arithmetic at its first claim.
+MAX_SECONDS = 365 * 86400.0
+
 
 def positive_float(value: str) -> float:
     number = float(value)
-    if number <= 0:
-        raise ValueError(value)
+    # "not <" also refuses NaN, which every comparison would let through.
+    if not 0 < number <= MAX_SECONDS:
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not a number of seconds > 0 and at most {MAX_SECONDS:g}"
+        )
+    return number
+
+
+def grace_seconds(value: str) -> float:
+    number = float(value)
+    if not 0 <= number <= MAX_SECONDS:
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not a number of seconds >= 0 and at most {MAX_SECONDS:g}"
+        )
     return number
 
 
@@ -65,7 +82,7 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--shutdown-grace",
-            type=float,
+            type=grace_seconds,
             default=None,
             help="Seconds a stopping worker waits for running jobs before handing them back.",
         )

@@ -166,7 +166,9 @@ class Command(BaseCommand):
     def do_add(self, options: dict[str, Any]) -> None:
         try:
             payload = json.loads(options["payload"])
-        except json.JSONDecodeError as exc:
+        # ValueError beyond JSONDecodeError: an integer of more than 4,300 digits;
+        # RecursionError: arrays nested thousands deep.
+        except (ValueError, RecursionError) as exc:
             raise CommandError(
                 f"--payload is not valid JSON ({exc}); pass an object like '{{\"a\": 1}}'"
             ) from None
