@@ -329,7 +329,7 @@ def test_delete_asks_first_then_deletes_every_job_but_the_running_one(admin_clie
     by_state = one_job_per_state()
     assert Attempt.objects.count() == 4  # one per job that ran
 
-    response = act(admin_client, "delete_jobs", by_state.values())
+    response = act(admin_client, "delete_selected", by_state.values())
 
     assert response.status_code == 200
     assert DELETE_CONFIRMATION in [t.name for t in response.templates]
@@ -384,13 +384,14 @@ def test_select_across_applies_the_action_to_every_matching_job(admin_client) ->
     assert Job.objects.filter(queue="emails", state=State.DEAD).count() == 3
 
     # Delete across pages goes through the confirmation with the selection intact.
-    response = act(admin_client, "delete_jobs", [j.pk for j in page], url=url, select_across="1")
+    selected = [j.pk for j in page]
+    response = act(admin_client, "delete_selected", selected, url=url, select_across="1")
     assert "Delete 60 jobs and their attempts?" in response.content.decode()
     assert Job.objects.count() == 63
     response = admin_client.post(
         url,
         {
-            "action": "delete_jobs",
+            "action": "delete_selected",
             "_selected_action": [str(j.pk) for j in page],
             "select_across": "1",
             "post": "yes",
@@ -468,7 +469,7 @@ def test_view_permission_shows_pages_but_no_action_runs(client) -> None:
     assert 'name="_save"' not in detail.content.decode()
     assert client.get(OVERVIEW).status_code == 200
 
-    for action in ("retry_now", "cancel", "discard", "delete_jobs"):
+    for action in ("retry_now", "cancel", "discard", "delete_selected"):
         act(client, action, by_state.values())
         act(client, action, by_state.values(), post="yes")
     assert states() == before
@@ -488,14 +489,14 @@ def test_change_permission_runs_state_actions_and_delete_needs_delete(client) ->
     assert messages_of(act(client, "cancel", [job.pk])) == ["1 job cancelled."]
     assert Job.objects.get(pk=job.pk).state == State.CANCELLED
 
-    act(client, "delete_jobs", [job.pk], post="yes")
+    act(client, "delete_selected", [job.pk], post="yes")
     assert Job.objects.filter(pk=job.pk).exists()
 
     user.user_permissions.add(Permission.objects.get(codename="delete_job"))
     response = client.get(changelist("job"))
     choices = [name for name, _ in response.context["action_form"].fields["action"].choices]
-    assert choices == ["", "retry_now", "cancel", "discard", "delete_jobs"]  # no delete_selected
-    response = act(client, "delete_jobs", [job.pk], post="yes")
+    assert choices == ["", "retry_now", "cancel", "discard", "delete_selected"]  # ours
+    response = act(client, "delete_selected", [job.pk], post="yes")
     assert messages_of(response) == ["1 job deleted."]
     assert not Job.objects.filter(pk=job.pk).exists()
 
@@ -505,7 +506,7 @@ def test_delete_without_change_permission_is_refused(client) -> None:
     job = jobs.add.delay(a=1)
 
     assert client.get(changelist("job")).context["action_form"] is None
-    act(client, "delete_jobs", [job.pk], post="yes")
+    act(client, "delete_selected", [job.pk], post="yes")
     assert Job.objects.filter(pk=job.pk).exists()
 
 

@@ -77,7 +77,9 @@ class JobAdmin(SafeLookupsMixin, admin.ModelAdmin):
     paginator = CappedPaginator
     list_per_page = 50
     inlines = [AttemptInline]
-    actions = ["retry_now", "cancel", "discard", "delete_jobs"]
+    # delete_selected is this class's own (below): it takes the place of Django's
+    # site-wide action of that name, which would load every selected job into memory.
+    actions = ["retry_now", "cancel", "discard", "delete_selected"]
     fieldsets = [
         (None, {"fields": ["id", "name", "queue", "state", "priority", "idempotency_key"]}),
         ("Why isn't it running?", {"fields": ["why_waiting"]}),
@@ -140,13 +142,6 @@ class JobAdmin(SafeLookupsMixin, admin.ModelAdmin):
     def delete_model(self, request: HttpRequest, obj: Job) -> None:
         # The change page's Delete: the same path as the action (batches are finished).
         actions.delete_jobs(Job.objects.filter(pk=obj.pk))
-
-    def get_actions(self, request: HttpRequest) -> dict[str, Any]:
-        found = super().get_actions(request)
-        # Replaced by delete_jobs, which skips running jobs and deletes in bounded chunks
-        # instead of loading every selected job.
-        found.pop("delete_selected", None)
-        return found
 
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet[Job], search_term: str
@@ -222,7 +217,7 @@ class JobAdmin(SafeLookupsMixin, admin.ModelAdmin):
         return self.has_change_permission(request) and self.has_delete_permission(request)
 
     @admin.action(description="Delete (jobs not running)", permissions=["delete_jobs"])
-    def delete_jobs(self, request: HttpRequest, queryset: QuerySet[Job]) -> Any:
+    def delete_selected(self, request: HttpRequest, queryset: QuerySet[Job]) -> Any:
         if request.POST.get("post") != "yes":
             count = queryset.order_by()[: CappedPaginator.cap + 1].count()
             # Deleting loses history: ask first, as Django's own delete action does.
