@@ -6,6 +6,7 @@ import datetime
 import decimal
 import inspect
 import json
+import math
 import uuid
 from collections.abc import Mapping
 from typing import Any
@@ -21,6 +22,11 @@ MAX_DEPTH = 100
 
 class _TooDeep:
     """Marks the place where a payload nests deeper than :data:`MAX_DEPTH`."""
+
+
+#: From here up Python writes a float as 1e+16 (an exponent), which PostgreSQL's jsonb
+#: reads back as an integer. Compared directly, not through repr(), on every float.
+EXPONENT_FORM = 1e16
 
 
 def text_problem(text: str) -> str | None:
@@ -68,7 +74,7 @@ def _describe(value: Any) -> str:
         return "a set: pass a sorted list"
     if isinstance(value, bytes):
         return "bytes: pass text (for example base64) instead"
-    if isinstance(value, float) and "e+" in repr(value):
+    if isinstance(value, float) and math.isfinite(value) and abs(value) >= EXPONENT_FORM:
         return (
             f"the float {value!r}, which PostgreSQL's JSON gives back as an integer: pass "
             "an int, or the number as a string and float() it in the handler"
@@ -93,7 +99,7 @@ def _first_unstorable(value: Any, path: str, depth: int = 0) -> tuple[str, Any] 
         finite = value == value and value not in (float("inf"), float("-inf"))
         # PostgreSQL's jsonb keeps numbers as decimals: 1e+16 comes back as the int
         # 10000000000000000, 6.02e+23 as an int that is not even equal to the float.
-        return None if finite and "e+" not in repr(value) else (path, value)
+        return None if finite and abs(value) < EXPONENT_FORM else (path, value)
     if isinstance(value, list | dict) and depth >= MAX_DEPTH:
         # Checked before recursing further, so a 10,000-level value is refused with this
         # message instead of a RecursionError.

@@ -65,6 +65,9 @@ class Refusal(Exception):
         return data
 
 
+#: The largest id a job can have (a signed 64-bit column).
+MAX_JOB_ID = 2**63 - 1
+
 NOT_FOUND = "No job here is yours, or can be requested, under this name or id."
 
 
@@ -171,6 +174,8 @@ def submit(user: Any, handler: JobHandler, arguments: dict[str, Any], key: str) 
 def requested_job(user: Any, job_id: int) -> Job:
     """Job ``job_id``, if ``user`` requested it; else the same 404 as a job that does
     not exist, so that other users' jobs cannot be told apart from missing ones."""
+    if not 1 <= job_id <= MAX_JOB_ID:  # past the column's range: no such job, not a 500
+        raise Refusal(404, "not_found", NOT_FOUND)
     alias = backend_for(None).alias
     mine = JobRequest.objects.using(alias).filter(job=OuterRef("pk"), user=user_key(user))
     job = Job.objects.using(alias).filter(pk=job_id).filter(Exists(mine)).first()

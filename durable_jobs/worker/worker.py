@@ -213,6 +213,7 @@ class Worker:
         # connection) each thread checks its connection once before its next job, instead
         # of failing that job's attempt on a dead connection.
         self._database_failures = 0
+        self._failures_lock = threading.Lock()
         self._checked = threading.local()
         self._results: queue.SimpleQueue[tuple[Running, RunResult | None]] = queue.SimpleQueue()
         self._running: dict[int, Running] = {}
@@ -510,8 +511,13 @@ class Worker:
                 wait = min(wait, running.deadline - now)
         return max(wait, 0.001)
 
+    def _count_database_failure(self) -> None:
+        # The loop and the listener thread both count.
+        with self._failures_lock:
+            self._database_failures += 1
+
     def _on_database_error(self, exc: Exception, failures: int) -> None:
-        self._database_failures += 1
+        self._count_database_failure()
         delay = min(0.25 * 2 ** (failures - 1), 10.0)
         logger.warning(
             "database error in worker %s (%s: %s); retrying in %.2fs",
@@ -538,7 +544,7 @@ class Worker:
                 backoff = 0.5
             except Exception as exc:
                 logger.warning("listener lost its connection (%s); reconnecting", exc)
-                self._database_failures += 1
+                self._count_database_failure()
                 listener.close()
                 self._closing.wait(backoff)
                 backoff = min(backoff * 2, 10.0)
