@@ -148,10 +148,18 @@ def queue_table(now: datetime.datetime, cap: int = CAP) -> tuple[list[dict[str, 
     return rows, {state: w.as_dict() for state, w in windows.items()}
 
 
-def throughput(now: datetime.datetime, cap: int = CAP) -> dict[str, Any]:
+def completed_in_last_hour(now: datetime.datetime, cap: int = CAP) -> Window:
+    """The window of the last hour's completed jobs, shared by throughput and failure rate."""
+    completed = Job.objects.filter(state=State.COMPLETED)
+    return Window.newest(completed, "finished_at", hour_start(now), cap)
+
+
+def throughput(
+    now: datetime.datetime, cap: int = CAP, window: Window | None = None
+) -> dict[str, Any]:
     """Jobs completed per minute over the last hour (the newest ``cap`` at most)."""
     completed = Job.objects.filter(state=State.COMPLETED)
-    window = Window.newest(completed, "finished_at", hour_start(now), cap)
+    window = window if window is not None else completed_in_last_hour(now, cap)
     per_minute = {
         row["minute"]: row["n"]
         for row in window.rows(completed)
@@ -186,7 +194,9 @@ def hour_start(now: datetime.datetime) -> datetime.datetime:
     return now.replace(second=0, microsecond=0) - datetime.timedelta(minutes=59)
 
 
-def failure_rate(now: datetime.datetime, cap: int = CAP) -> dict[str, Any]:
+def failure_rate(
+    now: datetime.datetime, cap: int = CAP, completed: Window | None = None
+) -> dict[str, Any]:
     """Failed attempts ÷ (failed attempts + completed jobs), over the last hour.
 
     Every completed job had exactly one successful attempt, so completed jobs count the
@@ -198,16 +208,16 @@ def failure_rate(now: datetime.datetime, cap: int = CAP) -> dict[str, Any]:
     start = hour_start(now)
     window = max(
         Window.newest(failed_rows, "finished_at", start, cap),
-        Window.newest(completed_rows, "finished_at", start, cap),
+        completed if completed is not None else completed_in_last_hour(now, cap),
         key=lambda w: (w.since, w.capped),
     )
     failed = window.rows(failed_rows).count()
-    completed = window.rows(completed_rows).count()
-    total = failed + completed
+    succeeded = window.rows(completed_rows).count()
+    total = failed + succeeded
     return {
         **window.as_dict(),
         "failed": failed,
-        "completed": completed,
+        "completed": succeeded,
         "rate": round(failed / total, 4) if total else None,
     }
 
@@ -298,13 +308,15 @@ def overview(now: datetime.datetime | None = None, cap: int = CAP) -> dict[str, 
     """Everything the overview page shows, as JSON-ready data (the keys are stable)."""
     now = now or timezone.now()
     queues, finished = queue_table(now, cap)
-    rate = throughput(now, cap)
+    # One read of the completed window serves both figures.
+    completed = completed_in_last_hour(now, cap)
+    rate = throughput(now, cap, completed)
     return {
         "generated_at": iso(now),
         "queues": queues,
         "finished_windows": finished,
         "throughput": rate,
-        "failure_rate": failure_rate(now, cap),
+        "failure_rate": failure_rate(now, cap, completed),
         "nodes": nodes(now),
         "errors": error_groups(now - FINISHED_WINDOW, ERROR_GROUPS, cap),
     }

@@ -54,6 +54,17 @@ from tests.testapp.models import SideEffect
 
 #: Generous bound for a worker process to start (Django setup) on a loaded 2-core machine.
 START_TIMEOUT = 60.0
+#: Workers for chaos runs: a 2 s lease (renewed every 2/3 s by a live worker) and a rescue
+#: every second, so a killed worker's jobs are back within about 3 s.
+CHAOS_WORKER_ARGS = (
+    "--queues",
+    "default:4",
+    "--lease-seconds",
+    "2",
+    "--poll-interval",
+    "0.2",
+    "--no-scheduler",
+)
 #: Outcomes of an attempt whose run was overtaken: the job ran (or will run) again.
 OVERTAKEN = frozenset({Outcome.LOST, Outcome.INTERRUPTED})
 

@@ -30,6 +30,7 @@ from durable_jobs.handlers import PreparedJob
 from durable_jobs.models import Outcome
 from durable_jobs.states import State
 from tests.faults.conftest import (
+    CHAOS_WORKER_ARGS,
     Chaos,
     FaultSummary,
     FaultWorkers,
@@ -45,15 +46,6 @@ pytestmark = [
     pytest.mark.django_db(transaction=True),
 ]
 
-WORKER_ARGS = (
-    "--queues",
-    "default:4",
-    "--lease-seconds",
-    "2",
-    "--poll-interval",
-    "0.2",
-    "--no-scheduler",
-)
 #: Seconds between memory samples of the steady workers.
 SAMPLE_EVERY = 2.0
 
@@ -130,9 +122,9 @@ def test_soak_with_chaos_loses_nothing_and_workers_do_not_grow(
     duration = soak_seconds()
     wall = time.monotonic()
 
-    steady = [fault_workers.start(*WORKER_ARGS) for _ in range(2)]
+    steady = [fault_workers.start(*CHAOS_WORKER_ARGS) for _ in range(2)]
     fault_workers.wait_registered(steady)
-    chaos = Chaos(fault_workers, WORKER_ARGS, size=2, seed=seed, interval=(2.0, 5.0))
+    chaos = Chaos(fault_workers, CHAOS_WORKER_ARGS, size=2, seed=seed, interval=(2.0, 5.0))
     chaos.start()
     samples: dict[int, list[float]] = {proc.pid: [] for proc in steady}
     next_sample = 0.0

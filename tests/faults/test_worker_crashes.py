@@ -21,6 +21,7 @@ from durable_jobs.handlers import PreparedJob
 from durable_jobs.models import Job, Node, Outcome
 from durable_jobs.states import State
 from tests.faults.conftest import (
+    CHAOS_WORKER_ARGS,
     Chaos,
     FaultSummary,
     FaultWorkers,
@@ -38,17 +39,6 @@ pytestmark = [
     pytest.mark.timeout(300),
 ]
 
-# A 2 s lease (renewed every 2/3 s by a live worker) and a rescue every second: a
-# killed worker's jobs are back within about 3 s, and retried 0.2 s later.
-WORKER_ARGS = (
-    "--queues",
-    "default:4",
-    "--lease-seconds",
-    "2",
-    "--poll-interval",
-    "0.2",
-    "--no-scheduler",
-)
 #: 1 job in 100 fails on purpose, every time: it must end dead, with its reason.
 FAILING_EVERY = 100
 
@@ -84,7 +74,7 @@ def test_kill_9_chaos_loses_no_job_and_runs_none_silently_twice(
     rng = random.Random(seed)
     wall = time.monotonic()
 
-    chaos = Chaos(fault_workers, WORKER_ARGS, size=4, seed=seed, interval=(1.0, 3.0))
+    chaos = Chaos(fault_workers, CHAOS_WORKER_ARGS, size=4, seed=seed, interval=(1.0, 3.0))
     chaos.start()
     ids = [job.pk for job in enqueue_many(prepared_jobs(total, rng))]
     failing = set(ids[FAILING_EVERY - 1 :: FAILING_EVERY])
