@@ -1,14 +1,15 @@
 """Recording how an attempt ended: one decision, one guarded write.
 
 :func:`decide` classifies a finished attempt into an :class:`Ack` (the target
-state and the fields to write); :func:`apply` writes it with
-:func:`durable_jobs.states.transition`, guarded by ``state = 'leased'`` and the
+state and the fields to write); :func:`apply_many` writes a batch of them with
+:func:`durable_jobs.states.settle`, each guarded by ``state = 'leased'`` and its
 lease token. A worker whose lease was lost (rescued by another node, cancelled by
 an operator, handed back) therefore changes nothing: its write matches no row.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import logging
 import traceback as tb
@@ -17,16 +18,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import DatabaseError
-from django.db.models import F
 
 from durable_jobs import registry
 from durable_jobs.backoff import MAX_DELAY_SECONDS, exponential
-from durable_jobs.db import backend_for
 from durable_jobs.exceptions import LeaseExpired, UnknownJob, WorkerStopped
 from durable_jobs.logging import log_event
 from durable_jobs.models import Attempt, Job, Outcome
 from durable_jobs.signals import job_finished
-from durable_jobs.states import FINAL, State, held, transition
+from durable_jobs.states import FINAL, Settlement, State, settle
 from durable_jobs.worker.execute import RunResult
 
 #: Outcomes that give the attempt back: they are not failures of the job.
@@ -45,47 +44,27 @@ EVENT_LEVELS = {
 
 @dataclass
 class Ack:
+    """A decided outcome: the settlement to write, and what to log and signal once written."""
+
     job: Job
-    lease_token: Any
-    target: State
-    changes: dict[str, Any]
-    attempt: Attempt
+    settlement: Settlement
     event: str
     error: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def target(self) -> State:
+        return self.settlement.target
+
+    @property
+    def attempt(self) -> Attempt:
+        return self.settlement.attempt
 
 
 def decide(result: RunResult, *, node: str) -> Ack:
     """The state and fields an attempt's outcome leads to."""
     job, outcome, now = result.job, result.outcome, result.finished_at
     error_class, error_message, trace = (clean_text(t) for t in describe_error(result.error))
-    error_class = error_class[:255]
-    changes: dict[str, Any] = {
-        "updated_at": now,
-        "lease_expires_at": None,
-        "leased_by": None,
-    }
-    event: str
-    if outcome == Outcome.COMPLETED:
-        target, event = State.COMPLETED, "completed"
-        changes.update(finished_at=now, result=result.value, last_error="")
-        if job.progress is not None:
-            changes["progress"] = 100.0
-    elif outcome in GIVEN_BACK:
-        target = State.QUEUED
-        event = "snoozed" if outcome == Outcome.SNOOZED else "handed back"
-        delay = datetime.timedelta(seconds=result.snooze_seconds)
-        changes.update(available_at=now + delay, attempts=F("attempts") - 1)
-    elif outcome == Outcome.CANCELLED:
-        target, event = State.CANCELLED, "cancelled"
-        changes.update(finished_at=now, last_error=error_message)
-    elif outcome == Outcome.DISCARDED or job.attempts > job.max_retries:
-        target, event = State.DEAD, "dead"
-        changes.update(finished_at=now, last_error=error_message)
-    else:
-        target, event = State.RETRYING, "retried"
-        delay = datetime.timedelta(seconds=retry_delay(job))
-        changes.update(available_at=now + delay, last_error=error_message)
     attempt = Attempt(
         job_id=job.pk,
         number=job.attempts,
@@ -94,12 +73,40 @@ def decide(result: RunResult, *, node: str) -> Ack:
         finished_at=result.finished_at,
         duration=result.duration,
         outcome=outcome,
-        error_class=error_class,
+        error_class=error_class[:255],
         error_message=error_message,
         traceback=trace,
-        log=clean_text("\n".join(result.log_lines)),
+        log=clean_text("\n".join(result.log_lines)) if result.log_lines else "",
     )
-    return Ack(job, job.lease_token, target, changes, attempt, event, error_message or None)
+    settlement = Settlement(
+        job_id=job.pk,
+        lease_token=job.lease_token,
+        target=State.COMPLETED,
+        attempt=attempt,
+        updated_at=now,
+    )
+    event: str
+    if outcome == Outcome.COMPLETED:
+        event = "completed"
+        settlement.finished_at = now
+        settlement.sets_result, settlement.result = True, result.value
+        settlement.last_error = ""
+    elif outcome in GIVEN_BACK:
+        settlement.target = State.QUEUED
+        event = "snoozed" if outcome == Outcome.SNOOZED else "handed back"
+        settlement.available_at = now + datetime.timedelta(seconds=result.snooze_seconds)
+        settlement.gives_back = True
+    elif outcome == Outcome.CANCELLED:
+        settlement.target, event = State.CANCELLED, "cancelled"
+        settlement.finished_at, settlement.last_error = now, error_message
+    elif outcome == Outcome.DISCARDED or job.attempts > job.max_retries:
+        settlement.target, event = State.DEAD, "dead"
+        settlement.finished_at, settlement.last_error = now, error_message
+    else:
+        settlement.target, event = State.RETRYING, "retried"
+        delay = datetime.timedelta(seconds=retry_delay(job))
+        settlement.available_at, settlement.last_error = now + delay, error_message
+    return Ack(job, settlement, event, error_message or None)
 
 
 def apply(ack: Ack, *, using: str | None = None) -> bool:
@@ -108,32 +115,37 @@ def apply(ack: Ack, *, using: str | None = None) -> bool:
 
 
 def apply_many(batch: Sequence[Ack], *, using: str | None = None) -> list[bool]:
-    """Write several outcomes in one transaction (one commit, one multi-row insert of the
-    attempts); each is still guarded by its own job's lease. Returns which were written.
+    """Write several outcomes at once (one statement per database round, see
+    :func:`durable_jobs.states.settle`); each is still guarded by its own job's lease.
+    Returns which were written.
 
     All or nothing: if the database refuses one of them, none is written and the error
     propagates, so the caller can retry them one by one.
     """
-    backend = backend_for(using)
-    moved: list[bool] = []
-    with backend.write_transaction():
-        for ack in batch:
-            leased = held([ack.job.pk], ack.lease_token, using=backend.alias)
-            moved.append(transition(leased, ack.target, **ack.changes) == 1)
-        Attempt.objects.using(backend.alias).bulk_create(
-            [ack.attempt for ack, ok in zip(batch, moved, strict=True) if ok]
-        )
-    for ack, ok in zip(batch, moved, strict=True):
+    moved = record(batch, using=using)
+    announce(batch, moved, using=using)
+    return moved
+
+
+def record(batch: Sequence[Ack], *, using: str | None = None) -> list[bool]:
+    """Write the outcomes (in the caller's transaction, if there is one); return which were
+    written. Call :func:`announce` once they are committed."""
+    return settle([ack.settlement for ack in batch], using=using)
+
+
+def announce(batch: Sequence[Ack], written: Sequence[bool], *, using: str | None = None) -> None:
+    """After the outcomes' commit: log them, send ``job_finished``, and finish the batches
+    whose last job this was."""
+    for ack, ok in zip(batch, written, strict=True):
         _after_commit(ack, ok)
     _finish_batches(
         (
             ack.job.batch_id
-            for ack, ok in zip(batch, moved, strict=True)
+            for ack, ok in zip(batch, written, strict=True)
             if ok and ack.target in FINAL and ack.job.batch_id
         ),
-        using=backend.alias,
+        using=using,
     )
-    return moved
 
 
 def _finish_batches(batch_ids: Iterable[int], *, using: str | None = None) -> None:
@@ -197,15 +209,16 @@ def stripped(ack: Ack) -> Ack:
     recording the outcome matters more than its details, and retrying the same write
     forever would stall the worker while its other jobs' leases ran out.
     """
-    changes = {**ack.changes}
-    if "result" in changes:
-        changes["result"] = {"repr": "the result could not be stored"}
-    attempt = ack.attempt
+    settlement = dataclasses.replace(ack.settlement)
+    if settlement.sets_result:
+        settlement.result = {"repr": "the result could not be stored"}
+    attempt = settlement.attempt
     attempt.log = ""
     attempt.traceback = ""
     attempt.error_message = attempt.error_message.encode("ascii", "replace").decode()[:10_000]
-    changes["last_error"] = attempt.error_message
-    return Ack(ack.job, ack.lease_token, ack.target, changes, attempt, ack.event, ack.error)
+    if settlement.last_error is not None:
+        settlement.last_error = attempt.error_message
+    return Ack(ack.job, settlement, ack.event, ack.error, ack.extra)
 
 
 def retry_delay(job: Job) -> float:

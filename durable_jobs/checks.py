@@ -75,12 +75,48 @@ def check_settings(
                 id="durable_jobs.E009",
             )
         )
+    errors += _check_listener(merged)
     if not settings.USE_TZ:
         errors.append(
             Error(
                 "durable_jobs needs USE_TZ = True: job times are aware datetimes in UTC.",
                 hint="Set USE_TZ = True in your settings.",
                 id="durable_jobs.E006",
+            )
+        )
+    return errors
+
+
+def _check_listener(merged: dict[str, Any]) -> list[CheckMessage]:
+    errors: list[CheckMessage] = []
+    listen = merged["LISTEN_DATABASE"]
+    if listen is not None and (not isinstance(listen, str) or listen not in connections.settings):
+        errors.append(
+            Error(
+                f"LISTEN_DATABASE must be None or an alias in DATABASES (got {listen!r}).",
+                hint="The alias whose settings the workers' LISTEN connection uses, for "
+                "example one that reaches PostgreSQL directly rather than through PgBouncer.",
+                id="durable_jobs.E017",
+            )
+        )
+    elif listen is not None and connections[listen].vendor != "postgresql":
+        errors.append(
+            Error(
+                f"LISTEN_DATABASE {listen!r} is not a PostgreSQL database; only PostgreSQL "
+                "has LISTEN/NOTIFY.",
+                hint="Point it at a PostgreSQL alias (the same server as the jobs), or leave it "
+                "None.",
+                id="durable_jobs.E017",
+            )
+        )
+    prepared = merged["PREPARED_STATEMENTS"]
+    if not isinstance(prepared, bool):
+        errors.append(
+            Error(
+                f"PREPARED_STATEMENTS must be True or False (got {prepared!r}).",
+                hint="False only behind a pooler that cannot keep prepared statements "
+                "(PgBouncer in transaction mode before 1.21).",
+                id="durable_jobs.E018",
             )
         )
     return errors

@@ -62,6 +62,14 @@ DEFAULTS: dict[str, Any] = {
     "SQLITE_WAL": True,
     # Channel used for PostgreSQL LISTEN/NOTIFY wake-ups.
     "NOTIFY_CHANNEL": "durable_jobs",
+    # The database alias whose settings the PostgreSQL listener connects with (None: the
+    # jobs' own). LISTEN needs a session of its own: behind PgBouncer in transaction
+    # mode, point this at an alias that reaches PostgreSQL directly (or a session pool).
+    "LISTEN_DATABASE": None,
+    # Run the worker's claim and acknowledgement as prepared statements on PostgreSQL.
+    # Behind PgBouncer in transaction mode before 1.21 (or without
+    # max_prepared_statements), set it to False.
+    "PREPARED_STATEMENTS": True,
 }
 
 
@@ -90,6 +98,8 @@ class Settings:
     redact_keys: tuple[str, ...]
     sqlite_wal: bool
     notify_channel: str
+    listen_database: str | None
+    prepared_statements: bool
     raw: Mapping[str, Any] = field(repr=False, default_factory=dict)
 
 
@@ -133,6 +143,8 @@ def get_settings() -> Settings:
         redact_keys=tuple(k.lower() for k in raw["REDACT_KEYS"]),
         sqlite_wal=bool(raw["SQLITE_WAL"]),
         notify_channel=str(raw["NOTIFY_CHANNEL"]),
+        listen_database=raw["LISTEN_DATABASE"],
+        prepared_statements=bool(raw["PREPARED_STATEMENTS"]),
         raw=raw,
     )
 

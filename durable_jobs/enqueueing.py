@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from django.db import transaction
 from django.utils import timezone
 
-from durable_jobs import registry
+from durable_jobs import registry, wakeup
 from durable_jobs.conf import get_settings
 from durable_jobs.db import backend_for
 from durable_jobs.exceptions import EnqueueError
@@ -130,9 +130,11 @@ def insert_or_get(
     """``(job, created)``: the new job, or the existing one holding its idempotency key."""
     job = build_job(handler, payload, options)
     backend = backend_for(using)
-    available_now = job.available_at <= job.created_at
+    connection = backend.connection
+    # Wake-ups go with the first enqueue of the queue in a transaction, not with each.
+    wake = job.available_at <= job.created_at and not wakeup.already_woken(connection, job.queue)
     for _ in range(3):
-        job_id = backend.insert_job(job, notify=available_now)
+        job_id = backend.insert_job(job, notify=wake)
         if job_id is not None:
             break
         existing = Job.objects.using(backend.alias).filter(idempotency_key=job.idempotency_key)
@@ -154,9 +156,10 @@ def insert_or_get(
     job._state.db = backend.alias
     if logger.isEnabledFor(logging.INFO):
         log_event(logging.INFO, "enqueued", job, payload=redact(job.payload))
-    if available_now:
+    if wake:
         # Runs at once outside a transaction; after COMMIT inside one; never on rollback.
         transaction.on_commit(wake_local_workers, using=backend.alias)
+        wakeup.mark_woken(connection, job.queue)
     return job, True
 
 
@@ -221,7 +224,13 @@ def insert_many(
             else {}
         )
         queues = sorted(
-            {j.queue for j, pk in zip(jobs, ids, strict=True) if pk and j.available_at <= now}
+            {
+                j.queue
+                for j, pk in zip(jobs, ids, strict=True)
+                if pk
+                and j.available_at <= now
+                and not wakeup.already_woken(backend.connection, j.queue)
+            }
         )
         if queues:
             backend.notify(queues)
@@ -251,4 +260,6 @@ def insert_many(
         )
     if queues:
         transaction.on_commit(wake_local_workers, using=backend.alias)
+        for queue in queues:
+            wakeup.mark_woken(backend.connection, queue)
     return out, created

@@ -176,7 +176,12 @@ class Job(models.Model):
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     # The node holding the current lease; cleared when the lease ends (see Attempt.node).
     leased_by = models.ForeignKey(
-        Node, null=True, blank=True, on_delete=models.SET_NULL, related_name="jobs"
+        Node,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="jobs",
+        db_index=False,  # the partial index below holds only leased jobs
     )
     lease_token = models.UUIDField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
@@ -213,6 +218,14 @@ class Job(models.Model):
                 fields=["state", "finished_at", "queue"],
                 name="durable_job_finished_idx",
                 condition=Q(finished_at__isnull=False),
+            ),
+            # A node's leased jobs (a stopped node's are unlinked). Partial: every claim
+            # and acknowledgement rewrites each full index of the row, so the job table
+            # keeps as few full indexes as the admin needs.
+            models.Index(
+                fields=["leased_by"],
+                name="durable_job_leased_by_idx",
+                condition=Q(leased_by__isnull=False),
             ),
             # Counting the leased holders of a concurrency key, inside the claim.
             models.Index(

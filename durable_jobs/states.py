@@ -1,14 +1,17 @@
 """The job state machine: the six states, the allowed moves, and the one writer of ``state``.
 
-Every change of ``Job.state`` goes through :func:`transition` (guarded UPDATEs) or
-:func:`claim` (the per-database claim query). Both restrict the rows they touch to
-the source states this table allows, so a move the table does not list can never
-be written, whatever the caller passes.
+Every change of ``Job.state`` goes through :func:`transition` (guarded UPDATEs),
+:func:`claim` (the per-database claim query) or :func:`settle` (the per-database
+acknowledgement of many leases at once). Each restricts the rows it touches to the
+source states this table allows, so a move the table does not list can never be
+written, whatever the caller passes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import dataclasses
+import datetime
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from django.db import models
@@ -16,7 +19,7 @@ from django.db import models
 if TYPE_CHECKING:
     from django.db.models import QuerySet
 
-    from durable_jobs.models import Job
+    from durable_jobs.models import Attempt, Job
 
 
 class State(models.TextChoices):
@@ -124,3 +127,46 @@ def claim(
         target=State.LEASED,
         limited=limited,
     )
+
+
+@dataclasses.dataclass
+class Settlement:
+    """How one lease ended: the job's next state, what to write with it, and its attempt.
+
+    Written by :func:`settle` only while the job is still leased under ``lease_token``.
+    """
+
+    job_id: int
+    lease_token: Any
+    target: State
+    attempt: Attempt
+    updated_at: datetime.datetime
+    #: Set for final states; cleared (NULL) otherwise.
+    finished_at: datetime.datetime | None = None
+    #: When the job may run again (a retry, a snooze); None leaves it as it is.
+    available_at: datetime.datetime | None = None
+    #: The attempt does not count (snoozed, handed back): ``attempts`` goes back down by one.
+    gives_back: bool = False
+    #: Completed: store ``result`` (None is stored as SQL NULL).
+    sets_result: bool = False
+    result: Any = None
+    #: None leaves ``last_error`` as it is.
+    last_error: str | None = None
+
+
+def settle(settlements: Sequence[Settlement], *, using: str | None = None) -> list[bool]:
+    """Record how leases ended, in one statement per call (per database, see
+    :meth:`durable_jobs.db.base.Backend.settle`); return which were written.
+
+    Each job moves only if it is still ``leased`` under the settlement's token (the
+    fence: a rescued or cancelled job is left alone), and its attempt row is inserted
+    only then; a written attempt gets its primary key.
+    """
+    from durable_jobs.db import backend_for
+
+    for settlement in settlements:
+        if not can_move(State.LEASED, settlement.target):
+            raise ValueError(f"a lease cannot end in {settlement.target!r}")
+    if not settlements:
+        return []
+    return backend_for(using).settle(settlements)

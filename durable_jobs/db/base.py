@@ -5,9 +5,10 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import json
 import uuid
-from collections.abc import Iterator, Sequence
-from datetime import timedelta
+from collections.abc import Callable, Iterator, Sequence
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from django.db import connections, models, transaction
@@ -16,6 +17,7 @@ from django.utils import timezone
 
 if TYPE_CHECKING:
     from durable_jobs.models import Job, Queue
+    from durable_jobs.states import Settlement
 
 
 @dataclasses.dataclass
@@ -53,12 +55,107 @@ KEY_FILTER = """
 """
 
 
+#: The columns of an acknowledgement batch (see :meth:`Backend.settle`) with their
+#: PostgreSQL types: the job's next state and fields, then its attempt row. A batch is
+#: sent as one JSON array of such rows, so the statement's text and its one parameter
+#: do not depend on the batch size, and encoding it is one C call (``json.dumps``).
+SETTLE_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("job_id", "bigint"),
+    ("lease_token", "uuid"),
+    ("target", "text"),
+    ("updated_at", "timestamptz"),
+    ("finished_at", "timestamptz"),
+    ("available_at", "timestamptz"),
+    ("gives_back", "int"),
+    ("sets_result", "boolean"),
+    ("result", "jsonb"),
+    ("last_error", "text"),
+    ("number", "int"),
+    ("node", "text"),
+    ("started_at", "timestamptz"),
+    ("ended_at", "timestamptz"),
+    ("duration_us", "bigint"),
+    ("outcome", "text"),
+    ("error_class", "text"),
+    ("error_message", "text"),
+    ("traceback", "text"),
+    ("log", "text"),
+)
+
+#: The attempt columns an acknowledgement inserts, and the batch column each comes from.
+ATTEMPT_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("job_id", "job_id"),
+    ("number", "number"),
+    ("node", "node"),
+    ("started_at", "started_at"),
+    ("finished_at", "ended_at"),
+    ("duration", "duration_us"),
+    ("outcome", "outcome"),
+    ("error_class", "error_class"),
+    ("error_message", "error_message"),
+    ("traceback", "traceback"),
+    ("log", "log"),
+)
+
+#: The columns an acknowledgement sets, from the batch row ``o``; shared by every vendor.
+#: A given-back attempt does not count; a job completed while reporting progress ends at
+#: 100; a unique job's key is freed unless the new state is one it is unique in (a job
+#: going back to ``queued`` keeps it, as :func:`durable_jobs.states.transition` does).
+SETTLE_SET = """
+    state = o.target,
+    updated_at = o.updated_at,
+    finished_at = o.finished_at,
+    available_at = COALESCE(o.available_at, job.available_at),
+    attempts = job.attempts - o.gives_back,
+    lease_expires_at = NULL,
+    leased_by_id = NULL,
+    result = CASE WHEN o.sets_result THEN {result} ELSE job.result END,
+    last_error = COALESCE(o.last_error, job.last_error),
+    progress = CASE WHEN o.target = 'completed' AND job.progress IS NOT NULL
+        THEN 100 ELSE job.progress END,
+    idempotency_key = CASE WHEN o.target = 'queued' OR job.unique_states = ''
+        OR job.unique_states LIKE '%%,' || o.target || ',%%' THEN job.idempotency_key END
+"""
+
+
 @functools.cache
 def _insert_fields() -> tuple[Any, ...]:
     """The Job fields an INSERT writes (all but the primary key), in a fixed order."""
     from durable_jobs.models import Job
 
     return tuple(f for f in Job._meta.concrete_fields if not f.primary_key and f.column)
+
+
+@dataclasses.dataclass(frozen=True)
+class RowPlan:
+    """How to build a Job from a row of one result layout."""
+
+    #: Per Job field, in field order (as ``Model.from_db`` takes them): its row position.
+    order: list[int]
+    #: ``(field position, converter)`` of the fields that have database converters.
+    converters: list[tuple[int, Callable[..., Any]]]
+    attnames: tuple[str, ...]
+
+
+@functools.lru_cache(maxsize=32)
+def _row_plan(alias: str, layout: tuple[str, ...]) -> RowPlan:
+    """The :class:`RowPlan` of a result's column names (the same for every connection of
+    ``alias``)."""
+    from durable_jobs.models import Job
+
+    connection = connections[alias]
+    position = {name: i for i, name in enumerate(layout)}
+    fields = Job._meta.concrete_fields
+    converters = []
+    for i, field in enumerate(fields):
+        found = connection.ops.get_db_converters(field.cached_col)
+        found += field.get_db_converters(connection)
+        converters += [(i, convert) for convert in found]
+    return RowPlan(
+        order=[position[str(field.column)] for field in fields],
+        converters=converters,
+        attnames=tuple(field.attname for field in fields),
+    )
 
 
 class Backend:
@@ -71,12 +168,24 @@ class Backend:
     def connection(self) -> BaseDatabaseWrapper:
         return connections[self.alias]
 
+    def run_hot(self, sql: str, params: Any) -> tuple[tuple[str, ...], list[tuple[Any, ...]]]:
+        """Run one of the statements a worker repeats (claim, settle); return the names of
+        the result's columns and its rows."""
+        with self.connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            return tuple(column[0] for column in cursor.description), cursor.fetchall()
+
     # -- transactions -------------------------------------------------------------------
 
     @contextlib.contextmanager
-    def write_transaction(self) -> Iterator[None]:
-        """A transaction for statements that write; on SQLite it takes the write lock first."""
-        with transaction.atomic(using=self.alias):
+    def write_transaction(self, *, savepoint: bool = True) -> Iterator[None]:
+        """A transaction for statements that write; on SQLite it takes the write lock first.
+
+        Inside another transaction it is a savepoint, unless ``savepoint`` is False (a
+        statement the caller's transaction succeeds or fails with: the worker's claim and
+        settle, which share one transaction per loop pass).
+        """
+        with transaction.atomic(using=self.alias, savepoint=savepoint):
             yield
 
     # -- enqueue --------------------------------------------------------------------------
@@ -187,9 +296,9 @@ class Backend:
         """
         claim = Claim(queue, limit, node_id, lease_seconds, tuple(sources), target)
         if not limited:
-            with self.write_transaction():
+            with self.write_transaction(savepoint=False):
                 return self.claim_rows(claim, guarded=True)
-        with self.write_transaction():
+        with self.write_transaction(savepoint=False):
             control = self.lock_queue(queue)
             if control is not None:
                 if control.paused:
@@ -204,6 +313,26 @@ class Backend:
 
     def claim_rows(self, claim: Claim, *, guarded: bool) -> list[Job]:
         raise NotImplementedError
+
+    def fetch_jobs(self, sql: str, params: Any) -> list[Job]:
+        """Run ``sql`` and build a Job from each row it returns (all of the job's columns).
+
+        What ``Job.objects.raw()`` does, without its per-row bookkeeping: the columns are
+        matched to fields once per column layout, and only the fields that need it (JSON)
+        are converted. A claim builds every job it leases, so this is on the hot path.
+        """
+        from durable_jobs.models import Job
+
+        layout, rows = self.run_hot(sql, params)
+        plan = _row_plan(self.alias, layout)
+        alias, connection = self.alias, self.connection
+        jobs = []
+        for row in rows:
+            values = [row[i] for i in plan.order]
+            for i, convert in plan.converters:
+                values[i] = convert(values[i], None, connection)
+            jobs.append(Job.from_db(alias, plan.attnames, values))
+        return jobs
 
     def lock_queue(self, name: str) -> Queue | None:
         """The queue's row, locked until the transaction ends (SQLite: the write lock is)."""
@@ -322,8 +451,75 @@ class Backend:
             "target_like": f"'%%,{claim.target},%%'",
         }
 
+    # -- acknowledgement ------------------------------------------------------------------
+
+    def settle(self, settlements: Sequence[Settlement]) -> list[bool]:
+        """Write a batch of lease outcomes and their attempts (see
+        :func:`durable_jobs.states.settle`); return which were written."""
+        raise NotImplementedError
+
+    def settlement_rows(self, settlements: Sequence[Settlement]) -> str:
+        """The batch as a JSON array of rows in :data:`SETTLE_COLUMNS` order."""
+        time = self.json_time
+        rows = []
+        for s in settlements:
+            attempt = s.attempt
+            rows.append(
+                (
+                    s.job_id,
+                    self.json_token(s.lease_token),
+                    s.target.value,
+                    time(s.updated_at),
+                    time(s.finished_at),
+                    time(s.available_at),
+                    1 if s.gives_back else 0,
+                    s.sets_result,
+                    None if s.result is None else json.dumps(s.result),
+                    s.last_error,
+                    attempt.number,
+                    attempt.node,
+                    time(attempt.started_at),
+                    time(attempt.finished_at),
+                    attempt.duration // timedelta(microseconds=1),
+                    str(attempt.outcome),
+                    attempt.error_class,
+                    attempt.error_message,
+                    attempt.traceback,
+                    attempt.log,
+                )
+            )
+        return json.dumps(rows)
+
+    def json_time(self, value: datetime | None) -> str | None:
+        """A timestamp as this database reads it from JSON text."""
+        return None if value is None else value.isoformat()
+
+    def json_token(self, value: uuid.UUID) -> str:
+        return str(value)
+
+    def mark_settled(
+        self, settlements: Sequence[Settlement], attempt_ids: dict[int, int]
+    ) -> list[bool]:
+        """Which settlements were written (their job got an attempt id), in order; the
+        written attempts get their primary key."""
+        written = []
+        for settlement in settlements:
+            attempt_id = attempt_ids.get(settlement.job_id)
+            if attempt_id is not None:
+                settlement.attempt.pk = attempt_id
+                settlement.attempt._state.adding = False
+                settlement.attempt._state.db = self.alias
+            written.append(attempt_id is not None)
+        return written
+
     # -- wake-ups ---------------------------------------------------------------------------
 
     def listener(self, channel: str) -> Any:
         """A blocking source of wake-ups for idle workers, or None where only polling works."""
+        return None
+
+    def change_counter(self) -> int | None:
+        """A number that changes when another connection commits a write, cheap enough to
+        read every few milliseconds; None where the database has none (PostgreSQL, which
+        notifies instead)."""
         return None

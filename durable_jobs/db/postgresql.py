@@ -3,13 +3,47 @@
 from __future__ import annotations
 
 import contextlib
+import functools
+import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from durable_jobs.db.base import KEY_FILTER, LEASE_SET, Backend, Claim
+from django.db import DatabaseError
+
+from durable_jobs.db.base import (
+    ATTEMPT_COLUMNS,
+    KEY_FILTER,
+    LEASE_SET,
+    SETTLE_COLUMNS,
+    SETTLE_SET,
+    Backend,
+    Claim,
+)
+
+#: PostgreSQL's type oid of timestamptz.
+TIMESTAMPTZ_OID = 1184
+
+logger = logging.getLogger("durable_jobs")
+
+#: Aliases whose server refused a prepared statement (PgBouncer in transaction mode
+#: without prepared statement support): this process runs their statements unprepared.
+_unprepared: set[str] = set()
+
+#: What psycopg raises when a pooler in between loses track of prepared statements.
+PREPARED_STATEMENT_ERRORS: tuple[type[Exception], ...] = ()
+try:
+    from psycopg import errors as _errors
+
+    PREPARED_STATEMENT_ERRORS = (
+        _errors.InvalidSqlStatementName,
+        _errors.DuplicatePreparedStatement,
+    )
+except ImportError:  # psycopg is only needed on PostgreSQL
+    pass
 
 if TYPE_CHECKING:
     from durable_jobs.models import Job
+    from durable_jobs.states import Settlement
 
 # The claim is one statement. The CTE picks and row-locks at most %(limit)s waiting
 # jobs in claim order, skipping rows other workers have locked, and the UPDATE leases
@@ -55,6 +89,29 @@ RETURNING job.*
 """
 
 
+# Acknowledgement of a whole batch in one statement (one round trip, one commit in
+# autocommit). The UPDATE is fenced per job by state and lease token; only the jobs it
+# moved get their attempt row, whose ids come back.
+SETTLE_SQL = """
+WITH outcome AS (
+    SELECT {fields} FROM json_array_elements(%s::json) AS r
+),
+settled AS (
+    UPDATE {job_table} AS job
+    SET {settle_set}
+    FROM outcome AS o
+    WHERE job.id = o.job_id AND job.state = 'leased' AND job.lease_token = o.lease_token
+    RETURNING job.id
+),
+recorded AS (
+    INSERT INTO {attempt_table} ({attempt_columns})
+    SELECT {attempt_values} FROM outcome AS o JOIN settled ON settled.id = o.job_id
+    RETURNING job_id, id
+)
+SELECT job_id, id FROM recorded
+"""
+
+
 class PostgreSQLBackend(Backend):
     vendor = "postgresql"
 
@@ -84,13 +141,12 @@ class PostgreSQLBackend(Backend):
         return [get_settings().notify_channel, queue]
 
     def claim_rows(self, claim: Claim, *, guarded: bool) -> list[Job]:
-        from durable_jobs.models import Job
 
         parts = self.claim_sql_parts(claim, guarded=guarded)
         lease_set = LEASE_SET.format(alias="job.", target_like=parts["target_like"])
         sql = CLAIM_SQL.format(**parts, lease_set=lease_set, key_filter=KEY_FILTER.format(**parts))
         params = self.claim_params(claim)
-        rows = list(Job.objects.using(self.alias).raw(sql, params))
+        rows = self.fetch_jobs(sql, params)
         jobs = [job for job in rows if job.state == claim.target]
         keyed = [
             (job.pk, job.concurrency_key, job.concurrency_limit or 1)
@@ -101,8 +157,68 @@ class PostgreSQLBackend(Backend):
             ids = self.choose_keyed(keyed)
             if ids:
                 lease = LEASE_SQL.format(table=parts["table"], lease_set=lease_set)
-                jobs += Job.objects.using(self.alias).raw(lease, {**params, "ids": ids})
+                jobs += self.fetch_jobs(lease, {**params, "ids": ids})
         return jobs
+
+    def run_hot(self, sql: str, params: Any) -> tuple[tuple[str, ...], list[tuple[Any, ...]]]:
+        """Run a statement the worker repeats as a prepared statement: it is parsed and
+        planned once per connection instead of at every call, which for the claim costs
+        more than running it. (Django's own cursors bind parameters on the client and
+        never prepare.)
+
+        Behind PgBouncer in transaction mode, prepared statements need PgBouncer 1.21 or
+        later with ``max_prepared_statements`` set; otherwise set
+        ``DURABLE_JOBS["PREPARED_STATEMENTS"] = False``. A worker that meets a server
+        without them stops preparing after the first failure (see ``_unprepared``).
+        """
+        from durable_jobs.conf import get_settings
+
+        if not get_settings().prepared_statements or self.alias in _unprepared:
+            return super().run_hot(sql, params)
+        import psycopg
+
+        wrapper: Any = self.connection
+        wrapper.close_if_health_check_failed()
+        wrapper.ensure_connection()
+        wrapper.validate_no_broken_transaction()
+        raw = wrapper.connection
+        if raw.prepare_threshold is None:
+            # Django's default, which turns preparing off altogether. A threshold no query
+            # reaches keeps psycopg from preparing anything on its own, and lets the
+            # explicit prepare=True below work.
+            raw.prepare_threshold = 2**31 - 1
+        try:
+            with wrapper.wrap_database_errors, psycopg.Cursor(raw) as cursor:
+                self._match_time_zone(cursor)
+                cursor.execute(sql, params, prepare=True)
+                columns = tuple(column.name for column in cursor.description or ())
+                return columns, cursor.fetchall()
+        except DatabaseError as exc:
+            if isinstance(exc.__cause__, PREPARED_STATEMENT_ERRORS):
+                _unprepared.add(self.alias)
+                logger.warning(
+                    "the database refused a prepared statement (%s); durable_jobs stops "
+                    "preparing statements on %r. Behind PgBouncer in transaction mode, use "
+                    "PgBouncer 1.21+ with max_prepared_statements, or set "
+                    'DURABLE_JOBS["PREPARED_STATEMENTS"] = False.',
+                    exc,
+                    self.alias,
+                )
+            raise
+
+    def _match_time_zone(self, cursor: Any) -> None:
+        # As Django's create_cursor(): a cursor-level loader only if the zones differ.
+        from django.db.backends.postgresql.psycopg_any import register_tzloader
+        from psycopg.pq import Format
+
+        wrapper: Any = self.connection
+        loader = wrapper.connection.adapters.get_loader(TIMESTAMPTZ_OID, Format.TEXT)
+        if wrapper.timezone != loader.timezone:
+            register_tzloader(wrapper.timezone, cursor)
+
+    def settle(self, settlements: Sequence[Settlement]) -> list[bool]:
+        _, rows = self.run_hot(settle_sql(), [self.settlement_rows(settlements)])
+        return self.mark_settled(settlements, dict(rows))
 
     def lock_keys(self, keys: Sequence[str]) -> None:
         # Transaction-scoped advisory locks, in sorted order so claimers never deadlock.
@@ -112,7 +228,36 @@ class PostgreSQLBackend(Backend):
                 cursor.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 7001))", [key])
 
     def listener(self, channel: str) -> PostgreSQLListener:
-        return PostgreSQLListener(self.alias, channel)
+        from durable_jobs.conf import get_settings
+
+        # LISTEN needs a session of its own for as long as the worker runs: behind a pooler
+        # in transaction mode, LISTEN_DATABASE names an alias that reaches the server
+        # directly.
+        return PostgreSQLListener(get_settings().listen_database or self.alias, channel)
+
+
+@functools.cache
+def settle_sql() -> str:
+    from durable_jobs.models import Attempt, Job
+
+    def quote_name(name: str) -> str:
+        return f'"{name}"'
+
+    def value(source: str) -> str:
+        return (
+            "o.duration_us * interval '1 microsecond'" if source == "duration_us" else f"o.{source}"
+        )
+
+    return SETTLE_SQL.format(
+        fields=", ".join(
+            f"(r->>{i})::{kind} AS {name}" for i, (name, kind) in enumerate(SETTLE_COLUMNS)
+        ),
+        job_table=quote_name(Job._meta.db_table),
+        settle_set=SETTLE_SET.format(result="o.result"),
+        attempt_table=quote_name(Attempt._meta.db_table),
+        attempt_columns=", ".join(quote_name(column) for column, _ in ATTEMPT_COLUMNS),
+        attempt_values=", ".join(value(source) for _, source in ATTEMPT_COLUMNS),
+    )
 
 
 class PostgreSQLListener:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
@@ -14,8 +15,13 @@ from durable_jobs.states import FINAL
 if TYPE_CHECKING:
     from durable_jobs.worker.worker import Worker
 
-#: Rows deleted per statement, and statements per run: bounded work on every tick.
+#: Rows deleted per transaction, and transactions per run: bounded work on every tick.
 BATCH, MAX_BATCHES = 1000, 10
+#: A run also stops after this many seconds: it runs on the worker's loop thread.
+RUN_BUDGET_SECONDS = 0.2
+#: Seconds between runs; while a run leaves old jobs behind (a busy queue finishes more
+#: jobs per minute than one run deletes), the next comes after BEHIND_INTERVAL instead.
+INTERVAL, BEHIND_INTERVAL = 60.0, 1.0
 #: A node that has not sent a heartbeat for this long is forgotten.
 FORGET_NODES_AFTER = timedelta(days=1)
 
@@ -23,15 +29,27 @@ FORGET_NODES_AFTER = timedelta(days=1)
 class Pruner(Plugin):
     name = "pruner"
 
+    def __init__(self) -> None:
+        self.behind = False
+
     def interval(self, worker: Worker) -> float:
-        return 60.0
+        return BEHIND_INTERVAL if self.behind else INTERVAL
 
     def run(self, worker: Worker) -> None:
-        prune(using=worker.alias)
+        deadline = time.monotonic() + RUN_BUDGET_SECONDS
+        deleted = prune(using=worker.alias, deadline=deadline)
+        # A run that used all its batches or its time probably left some behind.
+        self.behind = deleted >= BATCH * MAX_BATCHES or (
+            deleted > 0 and time.monotonic() >= deadline
+        )
 
 
-def prune(*, days: float | None = None, using: str | None = None) -> int:
-    """Delete finished jobs (and their attempts) older than ``days``; return how many."""
+def prune(
+    *, days: float | None = None, using: str | None = None, deadline: float | None = None
+) -> int:
+    """Delete finished jobs (and their attempts) older than ``days``, BATCH per transaction,
+    at most MAX_BATCHES transactions (fewer if the monotonic ``deadline`` passes); return
+    how many were deleted."""
     from durable_jobs.conf import get_settings
     from durable_jobs.db import backend_for
 
@@ -42,6 +60,8 @@ def prune(*, days: float | None = None, using: str | None = None) -> int:
     if days is not None:
         cutoff = now - timedelta(days=days)
         for _ in range(MAX_BATCHES):
+            if deadline is not None and time.monotonic() >= deadline:
+                break
             ids = list(
                 Job.objects.using(using)
                 .filter(state__in=sorted(FINAL), finished_at__lt=cutoff)

@@ -49,6 +49,31 @@ logger = logging.getLogger("durable_jobs.worker")
 ASYNC_TIMEOUT_GRACE = 1.0
 #: The loop's longest sleep, so a stop requested by a signal is seen within it.
 SIGNAL_CHECK_SECONDS = 0.25
+#: How long a finished job's outcome may wait for others to share its write. Outcomes
+#: are written at once when no job is left running, and when ACK_BATCH are waiting.
+ACK_FLUSH_SECONDS = 0.005
+#: The most outcomes written in one statement.
+ACK_BATCH = 500
+#: SQLite, where no notification reaches a worker in another process: an idle worker reads
+#: the database's change counter (no I/O), every CHANGE_CHECK_MIN seconds after a change,
+#: backing off to CHANGE_CHECK_MAX while nothing changes, and claims when it moved.
+CHANGE_CHECK_MIN = 0.002
+CHANGE_CHECK_MAX = 0.05
+
+
+class LoopWake(threading.Event):
+    """The loop's wake-up. ``set()`` (an enqueue in this process, a notification, a stop)
+    also says that new jobs may be waiting; ``result_ready()`` (a pool thread finished a
+    job) does not, so the loop can let outcomes gather before it writes and claims."""
+
+    new_work = False
+
+    def set(self) -> None:
+        self.new_work = True
+        super().set()
+
+    def result_ready(self) -> None:
+        super().set()
 
 
 @dataclass(eq=False)
@@ -67,6 +92,10 @@ class WorkerStats:
     outcomes: collections.Counter[str] = field(default_factory=collections.Counter)
     #: Outcomes refused because the job had moved on (rescued, cancelled): not counted above.
     rejected: int = 0
+    #: Claim statements that leased at least one job, and writes of outcome batches: with
+    #: ``claimed`` and ``finished``, how well the worker batches.
+    claims: int = 0
+    flushes: int = 0
 
 
 def parse_queues(
@@ -206,7 +235,7 @@ class Worker:
         self.stopping = False
         self.stop_reason = "finished"
 
-        self._wake = threading.Event()
+        self._wake = LoopWake()
         self._closing = threading.Event()
         # Database failures seen by the loop or the listener, and per pool thread the count
         # it last checked its connection at: after a failure (a restart breaks every idle
@@ -219,7 +248,13 @@ class Worker:
         self._running: dict[int, Running] = {}
         self._per_queue: collections.Counter[str] = collections.Counter()
         self._pending: list[acks.Ack] = []
+        #: When the oldest unwritten outcome was collected (monotonic), for ACK_FLUSH_SECONDS.
+        self._pending_since = 0.0
         self._plugin_due: dict[int, float] = {}
+        #: SQLite's change counter as last read, when the next read is due, and the gap.
+        self._changes: int | None = None
+        self._next_change_check = 0.0
+        self._change_check_gap = CHANGE_CHECK_MIN
         self._signals = 0
         self._pool: ThreadPool | None = None
         self._listener_thread: threading.Thread | None = None
@@ -306,6 +341,7 @@ class Worker:
                 target=self._listen, args=(listener,), name=f"{self.node.name}-listen", daemon=True
             )
             self._listener_thread.start()
+        self._changes = backend_for(self.alias).change_counter()
         now = time.monotonic()
         self._plugin_due = {id(p): now for p in self.plugins}
         logger.info(
@@ -321,23 +357,32 @@ class Worker:
         failures = 0
         next_poll = 0.0
         while not self.stopping:
-            woken = self._wake.is_set()
+            new_work = self._wake.new_work
+            self._wake.new_work = False
             self._wake.clear()
             try:
                 self._collect_results()
                 # Plugins first: the heartbeat keeps renewing leases even while outcome
                 # writes are failing and being retried.
                 self._run_plugins()
-                self._flush_acks()
+                flush = self._acks_due()
                 self._enforce_timeouts()
                 if self._reached_max_jobs():
                     break
-                # Claim when something changed (a slot freed, a wake-up) or a poll is due.
-                if woken or self.burst or time.monotonic() >= next_poll:
+                # Claim when new jobs may be waiting (a wake-up, a due poll, a change on
+                # SQLite), or when slots are freed by a write of outcomes: a pass that only
+                # collected a result leaves its slot to that write, so that each claim
+                # takes a batch of jobs.
+                poll_due = time.monotonic() >= next_poll or self._database_changed()
+                claim = new_work or poll_due or flush or (self.burst and not self._pending)
+                if claim:
                     next_poll = time.monotonic() + self.poll_interval
-                    claimed = self._claim()
-                    if self.burst and not claimed and not self._running and not self._pending:
-                        break
+                    # A finished job's slot is taken again only once its outcome is
+                    # written: the database never shows more leases than the concurrency.
+                    flush = bool(self._pending)
+                claimed = self._write_and_claim(flush=flush, claim=claim)
+                if self.burst and claim and not claimed and not self._running and not self._pending:
+                    break
                 failures = 0
             except DatabaseError as exc:
                 failures += 1
@@ -345,27 +390,87 @@ class Worker:
                 continue
             self._wake.wait(self._next_wait(next_poll))
 
-    def _claim(self) -> int:
-        total = 0
+    def _database_changed(self) -> bool:
+        """SQLite: whether another connection committed since the last check (read when
+        due, see CHANGE_CHECK_MIN). Always False where the database cannot tell."""
+        if self._changes is None or time.monotonic() < self._next_change_check:
+            return False
+        changes = backend_for(self.alias).change_counter()
+        changed = changes != self._changes
+        self._changes = changes
+        gap = CHANGE_CHECK_MIN if changed else min(self._change_check_gap * 2, CHANGE_CHECK_MAX)
+        self._change_check_gap = min(gap, self.poll_interval)
+        self._next_change_check = time.monotonic() + self._change_check_gap
+        return changed
+
+    def _acks_due(self) -> bool:
+        """Whether to write the waiting outcomes now: when no job is left running (nothing
+        else is coming soon), when a batch is full, or when the oldest has waited long
+        enough."""
+        return bool(self._pending) and (
+            len(self._running) == 0
+            or len(self._pending) >= ACK_BATCH
+            or time.monotonic() - self._pending_since >= ACK_FLUSH_SECONDS
+            or self.stopping
+        )
+
+    def _write_and_claim(self, *, flush: bool, claim: bool) -> int:
+        """Write the waiting outcomes (if ``flush``) and lease new jobs (if ``claim``) in one
+        transaction, so that a loop pass costs one commit; return how many were leased."""
+        while flush and len(self._pending) > ACK_BATCH:
+            self._flush_batch(ACK_BATCH)
+        batch = self._pending if flush else []
+        if not batch:
+            return self._claim() if claim else 0
+        free = self._free_slots() if claim else {}
+        try:
+            with backend_for(self.alias).write_transaction(savepoint=False):
+                written = acks.record(batch, using=self.alias)
+                leased = self._lease(free)
+        except (DataError, IntegrityError):
+            # An outcome the database refuses: write them one at a time (without the
+            # claim, which the next pass makes).
+            self._flush_acks()
+            self._wake.set()
+            return 0
+        self._written(batch, written)
+        del self._pending[: len(batch)]
+        return self._dispatch_all(leased)
+
+    def _free_slots(self) -> dict[str, int]:
+        """Per queue, how many jobs this worker may lease now."""
+        free = {}
         for queue_name, concurrency in self.queues.items():
-            free = concurrency - self._per_queue[queue_name]
+            slots = concurrency - self._per_queue[queue_name]
             if self.max_jobs is not None:
-                free = min(free, self.max_jobs - self.stats.claimed)
-            if free <= 0:
-                continue
+                slots = min(slots, self.max_jobs - self.stats.claimed)
+            if slots > 0:
+                free[queue_name] = slots
+        return free
+
+    def _lease(self, free: Mapping[str, int]) -> list[Job]:
+        leased: list[Job] = []
+        for queue_name, slots in free.items():
             jobs = claim(
                 queue=queue_name,
-                limit=free,
+                limit=slots,
                 node_id=self.node.pk,
                 lease_seconds=self.lease_seconds,
                 limited=queue_name in self.limited_queues,
                 using=self.alias,
             )
             jobs.sort(key=lambda j: (-j.priority, j.available_at, j.pk))
-            for job in jobs:
-                self._dispatch(job)
-            total += len(jobs)
-        return total
+            leased += jobs
+            self.stats.claims += bool(jobs)
+        return leased
+
+    def _claim(self) -> int:
+        return self._dispatch_all(self._lease(self._free_slots()))
+
+    def _dispatch_all(self, jobs: Sequence[Job]) -> int:
+        for job in jobs:
+            self._dispatch(job)
+        return len(jobs)
 
     def _dispatch(self, job: Job) -> None:
         deadline = None
@@ -405,7 +510,7 @@ class Worker:
 
     def _report(self, running: Running, result: RunResult | None) -> None:
         self._results.put((running, result))
-        self._wake.set()
+        self._wake.result_ready()
 
     def _collect_results(self) -> None:
         while True:
@@ -427,22 +532,31 @@ class Worker:
     def _finish(self, running: Running, result: RunResult) -> None:
         running.resolved = True
         self.stats.finished += 1
+        if not self._pending:
+            self._pending_since = time.monotonic()
         self._pending.append(acks.decide(result, node=self.node.name))
 
-    def _flush_acks(self) -> None:
+    def _flush_acks(self) -> bool:
+        """Write the waiting outcomes (ACK_BATCH per statement); True if there were any."""
         if not self._pending:
-            return
+            return False
+        while self._pending:
+            self._flush_batch(min(len(self._pending), ACK_BATCH))
+        return True
+
+    def _flush_batch(self, size: int) -> None:
+        batch = self._pending[:size]
         try:
-            # Every outcome collected in this pass, in one transaction: one commit (and on
-            # SQLite one turn of the write lock) for the batch instead of one per job.
-            written = acks.apply_many(self._pending, using=self.alias)
-            for ack, ok in zip(self._pending, written, strict=True):
-                self._count(ack, ok)
-            self._pending.clear()
-            return
+            # The batch in one statement (on SQLite, one turn of the write lock): one
+            # commit for the batch instead of one per job.
+            written = acks.record(batch, using=self.alias)
         except (DataError, IntegrityError):
             pass  # one of them is unwritable: find it by writing them one at a time
-        while self._pending:
+        else:
+            self._written(batch, written)
+            del self._pending[:size]
+            return
+        for _ in range(size):
             ack = self._pending[0]
             try:
                 self._count(ack, acks.apply(ack, using=self.alias))
@@ -458,6 +572,13 @@ class Worker:
                     )
             self._pending.pop(0)
 
+    def _written(self, batch: Sequence[acks.Ack], written: Sequence[bool]) -> None:
+        """After a batch of outcomes is committed."""
+        self.stats.flushes += 1
+        acks.announce(batch, written, using=self.alias)
+        for ack, ok in zip(batch, written, strict=True):
+            self._count(ack, ok)
+
     def _count(self, ack: acks.Ack, written: bool) -> None:
         if written:
             self.stats.outcomes[ack.attempt.outcome] += 1
@@ -466,6 +587,7 @@ class Worker:
 
     def _enforce_timeouts(self) -> None:
         now = time.monotonic()
+        timed_out = False
         for running in list(self._running.values()):
             if running.resolved or running.deadline is None or now < running.deadline:
                 continue
@@ -479,7 +601,9 @@ class Worker:
             self._finish(running, result)
             assert self._pool is not None
             self._pool.interrupt(running)
-        self._flush_acks()
+            timed_out = True
+        if timed_out:
+            self._flush_acks()
 
     def _run_plugins(self, only: type[Plugin] | None = None) -> None:
         now = time.monotonic()
@@ -509,7 +633,11 @@ class Worker:
         for running in self._running.values():
             if running.deadline is not None and not running.resolved:
                 wait = min(wait, running.deadline - now)
-        return max(wait, 0.001)
+        if self._pending:
+            wait = min(wait, self._pending_since + ACK_FLUSH_SECONDS - now)
+        if self._changes is not None:
+            wait = min(wait, self._next_change_check - now)
+        return max(wait, 0.0005)
 
     def _count_database_failure(self) -> None:
         # The loop and the listener thread both count.
@@ -595,9 +723,11 @@ class Worker:
             self._listener_thread.join(timeout=5)
         self._with_retries(self._delete_node, time.monotonic() + 5)
         logger.info(
-            "worker %s stopped after %s jobs",
+            "worker %s stopped after %s jobs (%s claims, %s writes of outcomes)",
             self.node.name,
             self.stats.finished,
+            self.stats.claims,
+            self.stats.flushes,
             extra={
                 "node": self.node.name,
                 "outcomes": dict(self.stats.outcomes),
