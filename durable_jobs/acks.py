@@ -21,6 +21,7 @@ from django.db import DatabaseError
 
 from durable_jobs import registry
 from durable_jobs.backoff import MAX_DELAY_SECONDS, exponential
+from durable_jobs.db.base import unsaved
 from durable_jobs.exceptions import LeaseExpired, UnknownJob, WorkerStopped
 from durable_jobs.logging import log_event
 from durable_jobs.models import Attempt, Job, Outcome
@@ -65,7 +66,8 @@ def decide(result: RunResult, *, node: str) -> Ack:
     """The state and fields an attempt's outcome leads to."""
     job, outcome, now = result.job, result.outcome, result.finished_at
     error_class, error_message, trace = (clean_text(t) for t in describe_error(result.error))
-    attempt = Attempt(
+    attempt = unsaved(
+        Attempt,
         job_id=job.pk,
         number=job.attempts,
         node=node,

@@ -9,15 +9,19 @@ import json
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from django.db import connections, models, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.models import signals as model_signals
+from django.db.models.base import ModelState
 from django.utils import timezone
 
 if TYPE_CHECKING:
     from durable_jobs.models import Job, Queue
     from durable_jobs.states import Settlement
+
+M = TypeVar("M", bound=models.Model)
 
 
 @dataclasses.dataclass
@@ -62,6 +66,7 @@ KEY_FILTER = """
 SETTLE_COLUMNS: tuple[tuple[str, str], ...] = (
     ("job_id", "bigint"),
     ("lease_token", "uuid"),
+    ("source", "text"),
     ("target", "text"),
     ("updated_at", "timestamptz"),
     ("finished_at", "timestamptz"),
@@ -124,6 +129,40 @@ def _insert_fields() -> tuple[Any, ...]:
     from durable_jobs.models import Job
 
     return tuple(f for f in Job._meta.concrete_fields if not f.primary_key and f.column)
+
+
+def loaded(model: type[M], attnames: Sequence[str], values: Sequence[Any], alias: str) -> M:
+    """``model.from_db(alias, attnames, values)`` for a full row of field values.
+
+    ``Model.__init__`` does per-field work (descriptors, defaults, signals) that a row just
+    read does not need, and a worker builds a Job for every job it claims. Without
+    ``pre_init``/``post_init`` receivers for ``model``, the attributes are set directly,
+    as ``__init__`` would leave them; with receivers, ``from_db`` runs so that they do.
+    """
+    if model_signals.pre_init.has_listeners(model) or model_signals.post_init.has_listeners(model):
+        return model.from_db(alias, attnames, values)
+    instance = model.__new__(model)
+    instance.__dict__.update(zip(attnames, values, strict=True))
+    state = ModelState()
+    state.adding, state.db = False, alias
+    instance._state = state
+    return instance
+
+
+def unsaved(model: type[M], **values: Any) -> M:
+    """``model(**values)``, for a row about to be inserted, on the same terms as
+    :func:`loaded`. Fields not given take their defaults."""
+    if model_signals.pre_init.has_listeners(model) or model_signals.post_init.has_listeners(model):
+        return model(**values)
+    instance = model.__new__(model)
+    fields = instance.__dict__
+    for field in model._meta.concrete_fields:
+        name = field.attname
+        fields[name] = values.pop(name) if name in values else field.get_default()
+    if values:
+        raise TypeError(f"{model.__name__} has no fields {sorted(values)}")
+    instance._state = ModelState()
+    return instance
 
 
 @dataclasses.dataclass(frozen=True)
@@ -331,7 +370,7 @@ class Backend:
             values = [row[i] for i in plan.order]
             for i, convert in plan.converters:
                 values[i] = convert(values[i], None, connection)
-            jobs.append(Job.from_db(alias, plan.attnames, values))
+            jobs.append(loaded(Job, plan.attnames, values, alias))
         return jobs
 
     def lock_queue(self, name: str) -> Queue | None:
@@ -460,7 +499,9 @@ class Backend:
 
     def settlement_rows(self, settlements: Sequence[Settlement]) -> str:
         """The batch as a JSON array of rows in :data:`SETTLE_COLUMNS` order."""
-        time = self.json_time
+        from durable_jobs.states import State
+
+        time = self.json_time_function()
         rows = []
         for s in settlements:
             attempt = s.attempt
@@ -468,6 +509,7 @@ class Backend:
                 (
                     s.job_id,
                     self.json_token(s.lease_token),
+                    State.LEASED.value,
                     s.target.value,
                     time(s.updated_at),
                     time(s.finished_at),
@@ -490,9 +532,13 @@ class Backend:
             )
         return json.dumps(rows)
 
-    def json_time(self, value: datetime | None) -> str | None:
-        """A timestamp as this database reads it from JSON text."""
-        return None if value is None else value.isoformat()
+    def json_time_function(self) -> Callable[[datetime | None], str | None]:
+        """A function writing a timestamp as this database reads it from JSON text."""
+
+        def json_time(value: datetime | None) -> str | None:
+            return None if value is None else value.isoformat()
+
+        return json_time
 
     def json_token(self, value: uuid.UUID) -> str:
         return str(value)

@@ -92,6 +92,13 @@ RETURNING job.*
 # Acknowledgement of a whole batch in one statement (one round trip, one commit in
 # autocommit). The UPDATE is fenced per job by state and lease token; only the jobs it
 # moved get their attempt row, whose ids come back.
+#
+# The plan must find the jobs by primary key. A prepared statement's generic plan cannot
+# see how few rows the JSON holds, hence the ids again as an array; and the state the
+# jobs must still be in comes from the rows (``o.source``, always 'leased'), not as a
+# literal: ``state = 'leased'`` would match the predicate of the index of leased jobs,
+# which the planner then scans too, with all its dead entries (every claim and outcome
+# leaves some until a vacuum): milliseconds per batch on a busy table.
 SETTLE_SQL = """
 WITH outcome AS (
     SELECT {fields} FROM json_array_elements(%s::json) AS r
@@ -100,7 +107,8 @@ settled AS (
     UPDATE {job_table} AS job
     SET {settle_set}
     FROM outcome AS o
-    WHERE job.id = o.job_id AND job.state = 'leased' AND job.lease_token = o.lease_token
+    WHERE job.id = ANY(%s::bigint[])
+      AND job.id = o.job_id AND job.state = o.source AND job.lease_token = o.lease_token
     RETURNING job.id
 ),
 recorded AS (
@@ -217,7 +225,8 @@ class PostgreSQLBackend(Backend):
             register_tzloader(wrapper.timezone, cursor)
 
     def settle(self, settlements: Sequence[Settlement]) -> list[bool]:
-        _, rows = self.run_hot(settle_sql(), [self.settlement_rows(settlements)])
+        ids = [settlement.job_id for settlement in settlements]
+        _, rows = self.run_hot(settle_sql(), [self.settlement_rows(settlements), ids])
         return self.mark_settled(settlements, dict(rows))
 
     def lock_keys(self, keys: Sequence[str]) -> None:

@@ -12,7 +12,7 @@ import contextlib
 import functools
 import json
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -60,7 +60,7 @@ SETTLE_SQL = """
 UPDATE {job_table} AS job
 SET {settle_set}
 FROM (SELECT {fields} FROM json_each(%s)) AS o
-WHERE job.id = o.job_id AND job.state = 'leased' AND job.lease_token = o.lease_token
+WHERE job.id = o.job_id AND job.state = o.source AND job.lease_token = o.lease_token
 RETURNING id
 """
 
@@ -158,9 +158,15 @@ class SQLiteBackend(Backend):
             cursor.execute("PRAGMA data_version")
             return int(cursor.fetchone()[0])
 
-    def json_time(self, value: datetime | None) -> str | None:
-        # As Django stores it: naive UTC text.
-        return None if value is None else self.connection.ops.adapt_datetimefield_value(value)
+    def json_time_function(self) -> Callable[[datetime | None], str | None]:
+        # As Django stores it (DatabaseOperations.adapt_datetimefield_value): naive text in
+        # the connection's time zone (UTC unless DATABASES sets TIME_ZONE).
+        zone = self.connection.timezone
+
+        def json_time(value: datetime | None) -> str | None:
+            return None if value is None else str(value.astimezone(zone).replace(tzinfo=None))
+
+        return json_time
 
     def json_token(self, value: uuid.UUID) -> str:
         return value.hex
