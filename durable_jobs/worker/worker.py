@@ -58,7 +58,7 @@ ACK_BATCH = 500
 #: the database's change counter (no I/O), every CHANGE_CHECK_MIN seconds after a change,
 #: backing off to CHANGE_CHECK_MAX while nothing changes, and claims when it moved.
 CHANGE_CHECK_MIN = 0.002
-CHANGE_CHECK_MAX = 0.05
+CHANGE_CHECK_MAX = 0.02
 
 
 class LoopWake(threading.Event):
