@@ -458,7 +458,6 @@ class Backend:
         prep = self.connection
         return {
             "queue": claim.queue,
-            "limit": claim.limit,
             "target": claim.target,
             "node_id": claim.node_id,
             "now": meta.get_field("available_at").get_db_prep_value(now, prep),
@@ -484,6 +483,11 @@ class Backend:
             )
         return {
             "table": table,
+            # Written into the text, not bound: with ``LIMIT $n`` a prepared statement's
+            # generic plan is costed as if it fetched a tenth of the queue, so PostgreSQL
+            # never adopts it and plans the claim at every call. One statement per limit
+            # (at most the concurrency) is cheap to keep prepared.
+            "limit": str(int(claim.limit)),
             "sources": self.state_list(claim.sources),
             "guard": guard,
             "leased": self.state_list([claim.target]),

@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from durable_jobs.models import Job
     from durable_jobs.states import Settlement
 
-# The claim is one statement. The CTE picks and row-locks at most %(limit)s waiting
+# The claim is one statement. The CTE picks and row-locks at most {limit} waiting
 # jobs in claim order, skipping rows other workers have locked, and the UPDATE leases
 # exactly those rows. Writing this as ``UPDATE ... WHERE id IN (SELECT ... LIMIT n)``
 # is a known trap: the planner may turn the subquery into a join it re-evaluates,
@@ -65,7 +65,7 @@ WITH picked AS (
       {guard}
       {key_filter}
     ORDER BY priority DESC, available_at, id
-    LIMIT %(limit)s
+    LIMIT {limit}
     FOR UPDATE SKIP LOCKED
 ),
 leased AS (

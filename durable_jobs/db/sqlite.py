@@ -43,7 +43,7 @@ WHERE queue = %(queue)s
   {guard}
   {key_filter}
 ORDER BY priority DESC, available_at, id
-LIMIT %(limit)s
+LIMIT {limit}
 """
 
 LEASE_SQL = """
