@@ -13,6 +13,7 @@ from django.utils import timezone
 from durable_jobs import registry, wakeup
 from durable_jobs.conf import get_settings
 from durable_jobs.db import backend_for
+from durable_jobs.db.base import unsaved
 from durable_jobs.exceptions import EnqueueError
 from durable_jobs.handlers import EnqueueOptions, _check_priority, _check_queue, _check_retries
 from durable_jobs.logging import log_event
@@ -96,7 +97,8 @@ def build_job(
             f"{handler.name}: meta must be a dict, not {type(options.meta).__name__}"
         )
     meta = check_json(f"{handler.name} meta", dict(options.meta or {}))
-    return Job(
+    return unsaved(
+        Job,
         queue=queue,
         name=handler.name,
         payload=payload,

@@ -272,28 +272,37 @@ class Backend:
             key=lambda i: (jobs[i].idempotency_key is None, jobs[i].idempotency_key or "", i),
         )
         in_order = [jobs[i] for i in order]
-        columns = [field.column for field in _insert_fields()]
-        per_statement = max(1, min(500, self.max_params() // len(columns)))
+        per_statement = self.rows_per_insert()
         ids: list[int | None] = []
-        with self.connection.cursor() as cursor:
-            for start in range(0, len(in_order), per_statement):
-                chunk = in_order[start : start + per_statement]
-                params: list[Any] = []
-                for job in chunk:
-                    params += self._insert_values(job)[1]
-                cursor.execute(self._insert_sql(columns, notify=False, rows=len(chunk)), params)
-                returned = cursor.fetchall()
-                position = 0
-                for job in chunk:
-                    if position < len(returned) and returned[position][1] == job.idempotency_key:
-                        ids.append(int(returned[position][0]))
-                        position += 1
-                    else:
-                        ids.append(None)
+        for start in range(0, len(in_order), per_statement):
+            chunk = in_order[start : start + per_statement]
+            returned = self.insert_rows(chunk)
+            position = 0
+            for job in chunk:
+                if position < len(returned) and returned[position][1] == job.idempotency_key:
+                    ids.append(int(returned[position][0]))
+                    position += 1
+                else:
+                    ids.append(None)
         placed: list[int | None] = [None] * len(jobs)
         for position, index in enumerate(order):
             placed[index] = ids[position]
         return placed
+
+    def rows_per_insert(self) -> int:
+        columns = len(_insert_fields())
+        return max(1, min(500, self.max_params() // columns))
+
+    def insert_rows(self, jobs: Sequence[Job]) -> list[tuple[Any, ...]]:
+        """One multi-row ``INSERT ... ON CONFLICT DO NOTHING`` of ``jobs``: the ``(id, key)``
+        of the rows inserted, in ``jobs`` order."""
+        columns = [field.column for field in _insert_fields()]
+        params: list[Any] = []
+        for job in jobs:
+            params += self._insert_values(job)[1]
+        with self.connection.cursor() as cursor:
+            cursor.execute(self._insert_sql(columns, notify=False, rows=len(jobs)), params)
+            return cursor.fetchall()
 
     def max_params(self) -> int:
         return self.connection.features.max_query_params or 999
