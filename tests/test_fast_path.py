@@ -274,6 +274,25 @@ def test_postgresql_stops_preparing_when_the_server_forgets_statements(vendor, c
         pg_backend._unprepared.discard(connection.alias)
 
 
+def test_an_enqueue_outside_a_transaction_survives_a_forgotten_statement(vendor, caplog) -> None:
+    """In autocommit nothing is aborted by the refusal: the enqueue runs again unprepared
+    and succeeds, so no request fails."""
+    if vendor != "postgresql":
+        pytest.skip("prepared statements are used on PostgreSQL")
+    pg_backend._unprepared.discard(connection.alias)
+    try:
+        first = jobs.add.delay(a=1)
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT name FROM pg_prepared_statements")
+            for (name,) in cursor.fetchall():
+                cursor.execute(f'DEALLOCATE "{name}"')
+        second = jobs.add.delay(a=2)
+        assert "stops preparing statements" in caplog.text
+        assert sorted(Job.objects.values_list("pk", flat=True)) == sorted([first.pk, second.pk])
+    finally:
+        pg_backend._unprepared.discard(connection.alias)
+
+
 def test_prepared_statements_can_be_turned_off(vendor) -> None:
     if vendor != "postgresql":
         pytest.skip("prepared statements are used on PostgreSQL")

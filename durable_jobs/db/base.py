@@ -207,9 +207,12 @@ class Backend:
     def connection(self) -> BaseDatabaseWrapper:
         return connections[self.alias]
 
-    def run_hot(self, sql: str, params: Any) -> tuple[tuple[str, ...], list[tuple[Any, ...]]]:
-        """Run one of the statements a worker repeats (claim, settle); return the names of
-        the result's columns and its rows."""
+    def run_hot(
+        self, sql: str, params: Any, *, prepare: bool = True
+    ) -> tuple[tuple[str, ...], list[tuple[Any, ...]]]:
+        """Run one of the statements a worker repeats (claim, settle), prepared where the
+        database benefits and ``prepare`` allows; return the names of the result's columns
+        and its rows."""
         with self.connection.cursor() as cursor:
             cursor.execute(sql, params)
             return tuple(column[0] for column in cursor.description), cursor.fetchall()

@@ -139,14 +139,32 @@ class PostgreSQLBackend(Backend):
     def rows_per_insert(self) -> int:
         return 5000
 
+    def insert_job(self, job: Job, *, notify: bool) -> int | None:
+        # The same statement as insert_rows, with one row (and the NOTIFY riding along):
+        # one text for every enqueue, so PostgreSQL parses and plans it once per
+        # connection rather than once per job.
+        params: list[Any] = [self._json_rows([job])]
+        if notify:
+            params += self.notify_params(job.queue)
+        _, rows = self.run_hot(insert_json_sql(self.alias, notify=notify), params)
+        return int(rows[0][0]) if rows else None
+
+    def _json_rows(self, jobs: Sequence[Job]) -> str:
+        columns = _insert_columns(self.alias)
+        return json.dumps(
+            [[encode(getattr(job, name)) for name, _, encode in columns] for job in jobs]
+        )
+
     def insert_rows(self, jobs: Sequence[Job]) -> list[tuple[Any, ...]]:
         # The rows travel as one JSON document (``json.dumps`` is one C call) into one
         # prepared statement, rather than as 25 parameters per row that Django's cursor
         # would quote into the statement's text one by one: that quoting, and parsing the
         # result, cost several times more than inserting the rows.
-        columns = _insert_columns(self.alias)
-        rows = [[encode(getattr(job, name)) for name, _, encode in columns] for job in jobs]
-        _, returned = self.run_hot(insert_json_sql(self.alias), [json.dumps(rows)])
+        # Not prepared: enqueues run on the project's own connections (web requests), where
+        # psycopg, once it has prepared anything, answers every rollback with DEALLOCATE
+        # ALL, and where a pooler without prepared statements would fail a request.
+        sql = insert_json_sql(self.alias, notify=False)
+        _, returned = self.run_hot(sql, [self._json_rows(jobs)], prepare=False)
         return returned
 
     def notify(self, queues: Sequence[str]) -> None:
@@ -183,7 +201,9 @@ class PostgreSQLBackend(Backend):
                 jobs += self.fetch_jobs(lease, {**params, "ids": ids})
         return jobs
 
-    def run_hot(self, sql: str, params: Any) -> tuple[tuple[str, ...], list[tuple[Any, ...]]]:
+    def run_hot(
+        self, sql: str, params: Any, *, prepare: bool = True
+    ) -> tuple[tuple[str, ...], list[tuple[Any, ...]]]:
         """Run a statement the worker repeats as a prepared statement: it is parsed and
         planned once per connection instead of at every call, which for the claim costs
         more than running it. (Django's own cursors bind parameters on the client and
@@ -196,8 +216,9 @@ class PostgreSQLBackend(Backend):
         """
         from durable_jobs.conf import get_settings
 
-        if not get_settings().prepared_statements or self.alias in _unprepared:
-            return super().run_hot(sql, params)
+        prepare = prepare and get_settings().prepared_statements
+        if prepare and self.alias in _unprepared:
+            prepare = False
         import psycopg
 
         wrapper: Any = self.connection
@@ -205,7 +226,7 @@ class PostgreSQLBackend(Backend):
         wrapper.ensure_connection()
         wrapper.validate_no_broken_transaction()
         raw = wrapper.connection
-        if raw.prepare_threshold is None:
+        if prepare and raw.prepare_threshold is None:
             # Django's default, which turns preparing off altogether. A threshold no query
             # reaches keeps psycopg from preparing anything on its own, and lets the
             # explicit prepare=True below work.
@@ -214,7 +235,7 @@ class PostgreSQLBackend(Backend):
             with wrapper.wrap_database_errors, psycopg.Cursor(raw) as cursor:
                 self._match_time_zone(cursor)
                 started = time.monotonic()
-                cursor.execute(sql, params, prepare=True)
+                cursor.execute(sql, params, prepare=prepare)
                 columns = tuple(column.name for column in cursor.description or ())
                 rows = cursor.fetchall()
                 if wrapper.queries_logged:
@@ -234,6 +255,11 @@ class PostgreSQLBackend(Backend):
                     exc,
                     self.alias,
                 )
+                if prepare and not wrapper.in_atomic_block:
+                    # In autocommit nothing was aborted: run it again, unprepared. (Inside
+                    # a transaction the error has aborted it; the caller's atomic block
+                    # fails this once.)
+                    return self.run_hot(sql, params, prepare=False)
             raise
 
     def _match_time_zone(self, cursor: Any) -> None:
@@ -336,19 +362,25 @@ def _text_or_none(value: Any) -> str | None:
 
 
 @functools.cache
-def insert_json_sql(alias: str) -> str:
-    """INSERT of the Job rows in a JSON array (see ``insert_rows``), in array order."""
+def insert_json_sql(alias: str, *, notify: bool) -> str:
+    """INSERT of the Job rows in a JSON array (see ``insert_rows``), in array order; with
+    ``notify``, also ``pg_notify(%s, %s)`` once if a row was inserted."""
     from durable_jobs.db.base import _insert_fields
 
     names = ", ".join(f'"{field.column}"' for field in _insert_fields())
     values = ", ".join(
         f"(r->>{i})::{kind}" for i, (_, kind, _) in enumerate(_insert_columns(alias))
     )
-    return (
+    insert = (
         f'INSERT INTO "durable_jobs_job" ({names}) '
         f"SELECT {values} FROM jsonb_array_elements(%s::jsonb) WITH ORDINALITY AS e(r, n) "
         'ORDER BY n ON CONFLICT ("idempotency_key") DO NOTHING RETURNING "id", "idempotency_key"'
     )
+    if not notify:
+        return insert
+    # NOTIFY inside the transaction is delivered only if it commits, so a rolled back
+    # enqueue wakes nobody; one round trip does both.
+    return f"WITH inserted AS ({insert}) SELECT id, pg_notify(%s, %s) FROM inserted"
 
 
 class PostgreSQLListener:

@@ -47,11 +47,13 @@ def rescue_expired(*, using: str | None = None, node: str = "") -> int:
         .select_related("leased_by")
         .order_by("lease_expires_at")[:BATCH]
     )
-    rescued = 0
+    batch = []
     for job in expired:
         result = acks.unreported_result(job, now=now, outcome=Outcome.LOST)
         ack = acks.decide(result, node=job.leased_by.name if job.leased_by else "")
         ack.event = "rescued"
         ack.extra = {"rescued_by": node, "next_state": ack.target.value}
-        rescued += acks.apply(ack, using=using)
-    return rescued
+        batch.append(ack)
+    # One statement for the batch; each is still fenced by the token read above, so a job
+    # whose worker reported in the meantime, or that another node rescued, is left alone.
+    return sum(acks.apply_many(batch, using=using)) if batch else 0
