@@ -171,6 +171,11 @@ class Layout:
         recent = min(max(3000, jobs // 200), (jobs - leased - waiting) // 2)
         return cls(jobs=jobs, leased=leased, waiting=waiting, recent=recent)
 
+    @classmethod
+    def history(cls, jobs: int) -> Layout:
+        """Finished jobs only, none leased or waiting: the history under a live queue."""
+        return cls(jobs=jobs, leased=0, waiting=0, recent=min(max(3000, jobs // 200), jobs // 2))
+
     @property
     def finished(self) -> int:
         return self.jobs - self.leased - self.waiting
@@ -232,6 +237,9 @@ def base_ctes(layout: Layout, dialect: Dialect, ref: int) -> str:
     )
     older, finished, leased = layout.older, layout.finished, layout.leased
     month = 30 * DAY
+    # Spacing of the leased and waiting jobs' creation times (a layout may have none).
+    leased_step = 9 * MINUTE // max(1, leased)
+    waiting_step = 9 * MINUTE // max(1, layout.waiting)
     # Multiplicative hashes of the id stand in for random(): the same data on both
     # databases and on every run. (i * 2654435761) % 1000 is a permutation of each block
     # of 1000 ids, so the states are spread evenly.
@@ -251,9 +259,9 @@ hashed AS (
             WHEN i <= {finished}
                 THEN {ref - HOUR} + (i - {older} - 1) * {(HOUR - MINUTE) // layout.recent}
             WHEN i <= {finished + leased}
-                THEN {ref - 10 * MINUTE} + (i - {finished} - 1) * {9 * MINUTE // leased}
+                THEN {ref - 10 * MINUTE} + (i - {finished} - 1) * {leased_step}
             ELSE {ref - 10 * MINUTE}
-                + (i - {finished + leased} - 1) * {9 * MINUTE // layout.waiting}
+                + (i - {finished + leased} - 1) * {waiting_step}
         END AS c
     FROM s
 ),
@@ -300,6 +308,12 @@ def job_columns(layout: Layout, dialect: Dialect, ref: int, node_ids: list[int])
     """Column -> SQL expression over ``kind`` (k), ``handlers`` (hd) and ``errors`` (er)."""
     ts = dialect.ts
     node_case = " ".join(f"WHEN {index} THEN {node_id}" for index, node_id in enumerate(node_ids))
+    # Without nodes there are no leased jobs either (a CASE needs at least one WHEN).
+    leased_by = (
+        f"CASE WHEN k.state = 'leased' THEN CASE k.i % {len(node_ids)} {node_case} END END"
+        if node_ids
+        else "NULL"
+    )
     ok = dialect.json_literal('{"ok": true}')
     finished = "CASE WHEN k.state IN ('completed', 'dead') THEN k.a + k.dur "
     finished += "WHEN k.state = 'cancelled' THEN k.c + k.wait END"
@@ -323,8 +337,7 @@ def job_columns(layout: Layout, dialect: Dialect, ref: int, node_ids: list[int])
         ),
         "attempted_at": ts("k.a"),
         "lease_expires_at": ts(f"CASE WHEN k.state = 'leased' THEN {ref + 5 * MINUTE} END"),
-        "leased_by_id": f"CASE WHEN k.state = 'leased' THEN CASE k.i % {len(node_ids)} "
-        f"{node_case} END END",
+        "leased_by_id": leased_by,
         "lease_token": f"CASE WHEN k.state = 'leased' THEN {dialect.uuid()} END",
         "created_at": ts("k.c"),
         "updated_at": ts(
@@ -460,6 +473,59 @@ class Database:
         return "\n".join(f"{'  ' * int(row[1] > 0)}{row[-1]}" for row in rows)
 
 
+def insert_jobs_and_attempts(
+    database: Database, layout: Layout, ref: int, node_ids: list[int]
+) -> None:
+    """Write the jobs of ``layout`` and their attempts, one ``INSERT ... SELECT`` each, with
+    ``ref`` (microseconds since the epoch) as the present and the leased jobs spread over
+    ``node_ids``; then move the id sequences past the ids written."""
+    from django.core.management.color import no_style
+
+    from durable_jobs.models import Attempt, Job
+
+    dialect = Dialect(database.vendor)
+    ctes = base_ctes(layout, dialect, ref)
+    quote = database.connection.ops.quote_name
+    columns = job_columns(layout, dialect, ref, node_ids)
+    complete_columns(Job, columns, ref, dialect)
+    insert_counted(
+        database,
+        Job,
+        f"{ctes} INSERT INTO {quote(Job._meta.db_table)} "
+        f"({', '.join(quote(c) for c in columns)}) "
+        f"SELECT {', '.join(columns.values())} FROM kind k "
+        "JOIN handlers hd ON hd.hidx = k.hn JOIN errors er ON er.eidx = k.e",
+    )
+    columns = attempt_columns(dialect)
+    complete_columns(Attempt, columns, ref, dialect)
+    # CROSS JOIN: SQLite keeps the written order (one job's attempts side by side).
+    insert_counted(
+        database,
+        Attempt,
+        f"{ctes} INSERT INTO {quote(Attempt._meta.db_table)} "
+        f"({', '.join(quote(c) for c in columns)}) "
+        f"SELECT {', '.join(columns.values())} FROM kind k CROSS JOIN nums nu "
+        "JOIN errors er ON er.eidx = k.e "
+        "WHERE nu.n <= k.na AND k.state IN ('completed', 'dead', 'retrying')",
+    )
+    # The ids were written explicitly: move the sequences past them.
+    for sql in database.connection.ops.sequence_reset_sql(no_style(), [Job, Attempt]):
+        database.execute(sql)
+
+
+def insert_counted(database: Database, model: Any, sql: str) -> None:
+    """Run one INSERT and log how many rows it wrote, and how fast."""
+    started = time.perf_counter()
+    with database.connection.cursor() as cursor:
+        cursor.execute(sql)
+        count = cursor.rowcount
+    if count < 0:
+        # Python's sqlite3 reports no row count for a statement that starts with WITH.
+        count = model.objects.count()
+    seconds = time.perf_counter() - started
+    log(f"  {count:,} {model._meta.verbose_name_plural} in {seconds:.1f} s")
+
+
 class DataSet:
     """The jobs, attempts, nodes and queues the pages show: created with set-based SQL,
     or with ``--reuse`` taken over from a ``--keep`` run (moved forward to the present).
@@ -468,7 +534,6 @@ class DataSet:
     def __init__(self, database: Database, layout: Layout) -> None:
         self.database = database
         self.layout = layout
-        self.dialect = Dialect(database.vendor)
 
     def prepare(self, *, reuse: bool) -> dict[str, Any]:
         """Create the data, or with ``reuse`` use what a previous --keep run left."""
@@ -526,14 +591,13 @@ class DataSet:
     def create(self) -> float:
         """Make the data (``self.ref`` is its present); return the seconds it took."""
         from django.contrib.auth import get_user_model
-        from django.core.management.color import no_style
         from django.utils import timezone
 
-        from durable_jobs.models import Attempt, Job, Node, Queue
+        from durable_jobs.models import Node, Queue
 
         now = timezone.now().replace(microsecond=0)
         self.ref = int(now.timestamp()) * SECOND
-        layout, dialect = self.layout, self.dialect
+        layout = self.layout
         log(
             f"creating {layout.jobs:,} jobs: {layout.older:,} finished over 30 days, "
             f"{layout.recent:,} in the last hour, {layout.leased} leased, "
@@ -564,44 +628,9 @@ class DataSet:
         for queue in QUEUES:
             Queue.objects.create(name=queue, created_at=now - datetime.timedelta(days=40))
 
-        ctes = base_ctes(layout, dialect, self.ref)
-        quote = self.database.connection.ops.quote_name
-        columns = job_columns(layout, dialect, self.ref, [node.pk for node in nodes])
-        complete_columns(Job, columns, self.ref, dialect)
-        self._insert(
-            Job,
-            f"{ctes} INSERT INTO {quote(Job._meta.db_table)} "
-            f"({', '.join(quote(c) for c in columns)}) "
-            f"SELECT {', '.join(columns.values())} FROM kind k "
-            "JOIN handlers hd ON hd.hidx = k.hn JOIN errors er ON er.eidx = k.e",
-        )
-        columns = attempt_columns(dialect)
-        complete_columns(Attempt, columns, self.ref, dialect)
-        # CROSS JOIN: SQLite keeps the written order (one job's attempts side by side).
-        self._insert(
-            Attempt,
-            f"{ctes} INSERT INTO {quote(Attempt._meta.db_table)} "
-            f"({', '.join(quote(c) for c in columns)}) "
-            f"SELECT {', '.join(columns.values())} FROM kind k CROSS JOIN nums nu "
-            "JOIN errors er ON er.eidx = k.e "
-            "WHERE nu.n <= k.na AND k.state IN ('completed', 'dead', 'retrying')",
-        )
-        # The ids were written explicitly: move the sequences past them.
-        for sql in self.database.connection.ops.sequence_reset_sql(no_style(), [Job, Attempt]):
-            self.database.execute(sql)
+        insert_jobs_and_attempts(self.database, layout, self.ref, [node.pk for node in nodes])
         self.database.analyze(vacuum=True)
         return time.perf_counter() - started
-
-    def _insert(self, model: Any, sql: str) -> None:
-        started = time.perf_counter()
-        with self.database.connection.cursor() as cursor:
-            cursor.execute(sql)
-            count = cursor.rowcount
-        if count < 0:
-            # Python's sqlite3 reports no row count for a statement that starts with WITH.
-            count = model.objects.count()
-        seconds = time.perf_counter() - started
-        log(f"  {count:,} {model._meta.verbose_name_plural} in {seconds:.1f} s")
 
     def move_forward(self, ref: int) -> None:
         """Shift the last day of jobs (and their attempts, and the nodes' heartbeats) by

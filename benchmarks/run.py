@@ -112,6 +112,23 @@ class RawCeiling:
         RETURNING id
     """
 
+    @classmethod
+    def claim_and_ack_many(cls, limit: int) -> str:
+        """The claim-and-ack of up to ``limit`` jobs in one statement: the same claim,
+        feeding an ``UPDATE`` through a CTE (a ``WHERE id IN (subquery LIMIT n)`` may be
+        run again by the planner)."""
+        return f"""
+            WITH claimed AS (
+                SELECT id FROM {cls.TABLE}
+                WHERE queue = 'default' AND state = 'queued' AND available_at <= clock_timestamp()
+                ORDER BY priority DESC, available_at, id
+                LIMIT {int(limit)}
+                FOR UPDATE SKIP LOCKED
+            )
+            UPDATE {cls.TABLE} SET state = 'done', finished_at = clock_timestamp()
+            FROM claimed WHERE {cls.TABLE}.id = claimed.id
+        """
+
     def __init__(self, options: argparse.Namespace, dbname: str) -> None:
         self.options = options
         self.dbname = dbname
@@ -215,6 +232,11 @@ class Phase:
         self.raw: RawCeiling | None = None
 
     # -- set-up -----------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Stop the workers this phase started and remove their logs."""
+        self.stop_workers()
+        shutil.rmtree(self.logdir, ignore_errors=True)
 
     def setup(self) -> None:
         harness.setup_django()
@@ -387,12 +409,17 @@ class Phase:
 
     # -- 3: drain ----------------------------------------------------------------------------
 
-    def drain(self, jobs: int, workers: int) -> dict[str, Any]:
+    def drain(
+        self, jobs: int, workers: int, *, after_id: int = 0, timeout: float | None = None
+    ) -> dict[str, Any]:
+        """Drain the ``jobs`` waiting jobs (those with ids above ``after_id``: older rows
+        may be in the table) with ``workers`` ``runworker --burst`` processes."""
         from django.db.models import Count, Max, Min
 
         from durable_jobs.models import Attempt, Job
 
-        timeout = max(120.0, jobs / 10)
+        if timeout is None:
+            timeout = max(120.0, jobs / 10)
         commits_before = self.commits()
         started = time.time()
         processes = [self.start_worker("--burst") for _ in range(workers)]
@@ -409,10 +436,10 @@ class Phase:
             if error is None and process.returncode != 0:
                 error = f"runworker exited with {process.returncode}: {self.worker_log(process)}"
         self.stop_workers()
-        stats = Job.objects.filter(state="completed").aggregate(
+        stats = Job.objects.filter(pk__gt=after_id, state="completed").aggregate(
             n=Count("id"), last=Max("finished_at"), first=Min("attempted_at")
         )
-        attempts = Attempt.objects.count()
+        attempts = Attempt.objects.filter(job_id__gt=after_id).count()
         commits_per_job = self.commits_since(commits_before, jobs)
         completed = stats["n"]
         if error is None and completed != jobs:
@@ -623,8 +650,7 @@ def run_phase(options: argparse.Namespace) -> int:
     try:
         result = phase.run()
     finally:
-        phase.stop_workers()
-        shutil.rmtree(phase.logdir, ignore_errors=True)
+        phase.close()
     harness.print_phase_result(result)
     return 0
 

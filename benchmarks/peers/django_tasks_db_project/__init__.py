@@ -1,0 +1,1 @@
+"""django-tasks-db's side of the comparison: a Django project, its tasks and its driver."""
