@@ -167,6 +167,21 @@ def settle(settlements: Sequence[Settlement], *, using: str | None = None) -> li
     for settlement in settlements:
         if not can_move(State.LEASED, settlement.target):
             raise ValueError(f"a lease cannot end in {settlement.target!r}")
-    if not settlements:
-        return []
-    return backend_for(using).settle(settlements)
+    backend = backend_for(using)
+    written: list[bool] = [False] * len(settlements)
+    # Each statement holds a job at most once (a stale lease and the job's current one
+    # may meet in one batch): the fence is checked per statement, so the later lease is
+    # written only after the earlier one has been judged.
+    remaining = list(range(len(settlements)))
+    while remaining:
+        seen: set[int] = set()
+        now: list[int] = []
+        later: list[int] = []
+        for index in remaining:
+            job_id = settlements[index].job_id
+            (later if job_id in seen else now).append(index)
+            seen.add(job_id)
+        for index, ok in zip(now, backend.settle([settlements[i] for i in now]), strict=True):
+            written[index] = ok
+        remaining = later
+    return written

@@ -326,3 +326,89 @@ def test_sqlite_wakes_an_idle_worker_by_its_change_counter(vendor) -> None:
     finally:
         worker.stop()
         thread.join(timeout=30)
+
+
+# -- regressions ----------------------------------------------------------------------------
+
+
+def test_a_stale_and_a_current_lease_of_one_job_in_one_batch() -> None:
+    """The job was rescued and leased again while its first run was still going; both
+    runs end in the same batch. Only the current lease is written, with its attempt."""
+    made = jobs.add.delay(a=1)
+    (first,) = claim(queue="default", limit=1, node_id=None, lease_seconds=60)
+    Job.objects.filter(pk=made.pk).update(state=State.QUEUED)  # rescued
+    (second,) = claim(queue="default", limit=1, node_id=None, lease_seconds=60)
+    batch = [acks.decide(execute(first), node="first"), acks.decide(execute(second), node="second")]
+    assert acks.apply_many(batch) == [False, True]
+    assert list(Attempt.objects.values_list("node", flat=True)) == ["second"]
+
+
+def test_a_burst_worker_goes_on_after_writing_a_refused_outcome_alone(vendor, monkeypatch) -> None:
+    """PostgreSQL refuses a NUL character in a result: the batch falls back to writing its
+    outcomes one at a time, and the burst worker still drains the queue."""
+    if vendor != "postgresql":
+        pytest.skip("SQLite stores NUL characters")
+    made = durable_jobs.enqueue_many([jobs.add.prepare(a=i) for i in range(40)])
+    refused = {made[5].pk, made[17].pk}
+    decide = acks.decide
+
+    def decide_with_unstorable_results(result, *, node):
+        ack = decide(result, node=node)
+        if ack.job.pk in refused:
+            ack.settlement.result = "\x00"
+        return ack
+
+    monkeypatch.setattr(acks, "decide", decide_with_unstorable_results)
+    Worker({"default": 8}, burst=True, scheduler=False).run()
+    assert Job.objects.filter(state=State.COMPLETED).count() == 40
+    assert Attempt.objects.count() == 40
+    for pk in refused:
+        assert Job.objects.get(pk=pk).result == {"repr": "the result could not be stored"}
+
+
+def test_the_pruner_comes_back_at_once_while_it_is_behind(monkeypatch) -> None:
+    import datetime
+
+    from django.utils import timezone
+
+    from durable_jobs.plugins import pruner
+
+    monkeypatch.setattr(pruner, "BATCH", 2)
+    monkeypatch.setattr(pruner, "MAX_BATCHES", 1)
+    for i in range(6):
+        jobs.add.delay(a=i)
+    Job.objects.update(state=State.COMPLETED, finished_at=timezone.now() - datetime.timedelta(30))
+    plugin = pruner.Pruner()
+    worker = Worker({"default": 1}, scheduler=False, plugins=[plugin])
+    worker._plugin_due = {id(plugin): 0.0}
+    worker._run_plugins()
+    assert Job.objects.count() == 4
+    assert worker._plugin_due[id(plugin)] - time.monotonic() <= pruner.BEHIND_INTERVAL
+
+
+def test_an_enqueue_inside_a_transaction_is_not_prepared(vendor) -> None:
+    """Inside the project's transaction a forgotten prepared statement would fail the
+    transaction, so enqueues there are not prepared."""
+    if vendor != "postgresql":
+        pytest.skip("prepared statements are used on PostgreSQL")
+    jobs.add.delay(a=1)  # autocommit: prepared
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT name FROM pg_prepared_statements")
+        for (name,) in cursor.fetchall():
+            cursor.execute(f'DEALLOCATE "{name}"')
+    with transaction.atomic():
+        jobs.add.delay(a=2)
+    assert Job.objects.count() == 2
+
+
+def test_the_loop_wake_tells_new_work_from_finished_jobs() -> None:
+    from durable_jobs.worker.worker import LoopWake
+
+    wake = LoopWake()
+    wake.result_ready()
+    assert wake.is_set()
+    assert wake.take() is False
+    assert not wake.is_set()
+    wake.set()
+    assert wake.take() is True
+    assert wake.take() is False

@@ -141,12 +141,17 @@ class PostgreSQLBackend(Backend):
 
     def insert_job(self, job: Job, *, notify: bool) -> int | None:
         # The same statement as insert_rows, with one row (and the NOTIFY riding along):
-        # one text for every enqueue, so PostgreSQL parses and plans it once per
-        # connection rather than once per job.
+        # one text for every enqueue, so that, prepared, PostgreSQL parses and plans it
+        # once per connection rather than once per job.
         params: list[Any] = [self._json_rows([job])]
         if notify:
             params += self.notify_params(job.queue)
-        _, rows = self.run_hot(insert_json_sql(self.alias, notify=notify), params)
+        # Prepared only in autocommit, where a pooler that lost the statement costs a
+        # retry (see run_hot); inside the project's transaction it would fail the
+        # transaction.
+        prepare = not self.connection.in_atomic_block
+        sql = insert_json_sql(self.alias, notify=notify)
+        _, rows = self.run_hot(sql, params, prepare=prepare)
         return int(rows[0][0]) if rows else None
 
     def _json_rows(self, jobs: Sequence[Job]) -> str:

@@ -66,14 +66,28 @@ class LoopWake(threading.Event):
     also says that new jobs may be waiting; ``result_ready()`` (a pool thread finished a
     job) does not, so the loop can let outcomes gather before it writes and claims."""
 
-    new_work = False
+    def __init__(self) -> None:
+        super().__init__()
+        self._new_work = False
+        # set() and take() under one lock: a set() between take()'s read of the flag and
+        # its clear of the event would otherwise be lost (until the next poll).
+        self._flag_lock = threading.Lock()
 
     def set(self) -> None:
-        self.new_work = True
-        super().set()
+        with self._flag_lock:
+            self._new_work = True
+            super().set()
 
     def result_ready(self) -> None:
+        # No flag: the loop collects results after take(), so none set before is missed.
         super().set()
+
+    def take(self) -> bool:
+        """Clear the wake-up; return whether new work was signalled since the last take."""
+        with self._flag_lock:
+            new_work, self._new_work = self._new_work, False
+            super().clear()
+        return new_work
 
 
 @dataclass(eq=False)
@@ -357,9 +371,7 @@ class Worker:
         failures = 0
         next_poll = 0.0
         while not self.stopping:
-            new_work = self._wake.new_work
-            self._wake.new_work = False
-            self._wake.clear()
+            new_work = self._wake.take()
             try:
                 self._collect_results()
                 # Plugins first: the heartbeat keeps renewing leases even while outcome
@@ -428,11 +440,10 @@ class Worker:
                 written = acks.record(batch, using=self.alias)
                 leased = self._lease(free)
         except (DataError, IntegrityError):
-            # An outcome the database refuses: write them one at a time (without the
-            # claim, which the next pass makes).
+            # An outcome the database refuses: write them one at a time, then claim in a
+            # transaction of its own.
             self._flush_acks()
-            self._wake.set()
-            return 0
+            return self._claim() if claim else 0
         self._written(batch, written)
         del self._pending[: len(batch)]
         return self._dispatch_all(leased)
@@ -614,6 +625,9 @@ class Worker:
                 # Schedule first: a failing plugin is retried at its next interval, not at once.
                 self._plugin_due[id(plugin)] = now + plugin.interval(self)
                 plugin.run(self)
+                # Again after it ran: its interval may depend on what the run found (the
+                # pruner comes back sooner while it is behind).
+                self._plugin_due[id(plugin)] = time.monotonic() + plugin.interval(self)
 
     def _reached_max_jobs(self) -> bool:
         return (
