@@ -403,9 +403,8 @@ class Phase:
         from django.db import connection
 
         from durable_jobs.db import backend_for
-        from durable_jobs.db.base import _insert_fields
 
-        return max(1, min(500, backend_for(connection.alias).max_params() // len(_insert_fields())))
+        return backend_for(connection.alias).rows_per_insert()
 
     # -- 3: drain ----------------------------------------------------------------------------
 

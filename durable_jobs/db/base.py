@@ -236,19 +236,16 @@ class Backend:
         """Insert ``job``; return its id, or None when its idempotency key already exists.
 
         ``ON CONFLICT DO NOTHING`` makes concurrent enqueues of one key race-free: the
-        unique constraint decides, never a read-then-write.
+        unique constraint decides, never a read-then-write. ``notify``: announce the job
+        when the transaction commits, where the database can (PostgreSQL).
         """
         columns, values = self._insert_values(job)
-        sql = self._insert_sql(columns, notify=notify)
-        params: list[Any] = list(values)
-        if notify:
-            params += self.notify_params(job.queue)
         with self.connection.cursor() as cursor:
-            cursor.execute(sql, params)
+            cursor.execute(self._insert_sql(columns), values)
             row = cursor.fetchone()
         return None if row is None else int(row[0])
 
-    def _insert_sql(self, columns: Sequence[str], *, notify: bool, rows: int = 1) -> str:
+    def _insert_sql(self, columns: Sequence[str], rows: int = 1) -> str:
         from durable_jobs.models import Job
 
         qn = self.connection.ops.quote_name
@@ -304,7 +301,7 @@ class Backend:
         for job in jobs:
             params += self._insert_values(job)[1]
         with self.connection.cursor() as cursor:
-            cursor.execute(self._insert_sql(columns, notify=False, rows=len(jobs)), params)
+            cursor.execute(self._insert_sql(columns, rows=len(jobs)), params)
             return cursor.fetchall()
 
     def max_params(self) -> int:
@@ -321,9 +318,6 @@ class Backend:
             field.get_db_prep_save(getattr(job, field.attname), connection) for field in fields
         ]
         return columns, values
-
-    def notify_params(self, queue: str) -> list[Any]:
-        return []
 
     # -- claim ------------------------------------------------------------------------------
 

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import DatabaseError
 
+from durable_jobs.conf import get_settings
 from durable_jobs.db.base import (
     ATTEMPT_COLUMNS,
     KEY_FILTER,
@@ -21,9 +22,6 @@ from durable_jobs.db.base import (
     Backend,
     Claim,
 )
-
-#: PostgreSQL's type oid of timestamptz.
-TIMESTAMPTZ_OID = 1184
 
 logger = logging.getLogger("durable_jobs")
 
@@ -125,17 +123,6 @@ SELECT job_id, id FROM recorded
 class PostgreSQLBackend(Backend):
     vendor = "postgresql"
 
-    def _insert_sql(self, columns: Sequence[str], *, notify: bool, rows: int = 1) -> str:
-        insert = super()._insert_sql(columns, notify=notify, rows=rows)
-        if not notify:
-            return insert
-        # NOTIFY inside the transaction is delivered only if it commits, so a rolled back
-        # enqueue wakes nobody; one round trip does both.
-        return f"WITH inserted AS ({insert}) SELECT id, pg_notify(%s, %s) FROM inserted"
-
-    def max_params(self) -> int:
-        return 65535
-
     def rows_per_insert(self) -> int:
         return 5000
 
@@ -145,7 +132,7 @@ class PostgreSQLBackend(Backend):
         # once per connection rather than once per job.
         params: list[Any] = [self._json_rows([job])]
         if notify:
-            params += self.notify_params(job.queue)
+            params += [get_settings().notify_channel, job.queue]
         # Prepared only in autocommit, where a pooler that lost the statement costs a
         # retry (see run_hot); inside the project's transaction it would fail the
         # transaction.
@@ -161,30 +148,23 @@ class PostgreSQLBackend(Backend):
         )
 
     def insert_rows(self, jobs: Sequence[Job]) -> list[tuple[Any, ...]]:
-        # The rows travel as one JSON document (``json.dumps`` is one C call) into one
-        # prepared statement, rather than as 25 parameters per row that Django's cursor
-        # would quote into the statement's text one by one: that quoting, and parsing the
-        # result, cost several times more than inserting the rows.
-        # Not prepared: enqueues run on the project's own connections (web requests), where
-        # psycopg, once it has prepared anything, answers every rollback with DEALLOCATE
-        # ALL, and where a pooler without prepared statements would fail a request.
+        # The rows travel as one JSON document (``json.dumps`` is one C call) in one
+        # parameter, rather than as 25 parameters per row that Django's cursor would quote
+        # into the statement's text one by one: that quoting, and parsing the result, cost
+        # several times more than inserting the rows. Not prepared: one statement per
+        # 5,000 jobs gains nothing from it, and enqueues run on the project's own
+        # connections, where psycopg, once it has prepared anything, answers every
+        # rollback with DEALLOCATE ALL.
         sql = insert_json_sql(self.alias, notify=False)
         _, returned = self.run_hot(sql, [self._json_rows(jobs)], prepare=False)
         return returned
 
     def notify(self, queues: Sequence[str]) -> None:
-        from durable_jobs.conf import get_settings
-
         channel = get_settings().notify_channel
         with self.connection.cursor() as cursor:
             cursor.execute(
                 "SELECT pg_notify(%s, q) FROM unnest(%s::text[]) AS q", [channel, list(queues)]
             )
-
-    def notify_params(self, queue: str) -> list[Any]:
-        from durable_jobs.conf import get_settings
-
-        return [get_settings().notify_channel, queue]
 
     def claim_rows(self, claim: Claim, *, guarded: bool) -> list[Job]:
 
@@ -219,8 +199,6 @@ class PostgreSQLBackend(Backend):
         ``DURABLE_JOBS["PREPARED_STATEMENTS"] = False``. A worker that meets a server
         without them stops preparing after the first failure (see ``_unprepared``).
         """
-        from durable_jobs.conf import get_settings
-
         prepare = prepare and get_settings().prepared_statements
         if prepare and self.alias in _unprepared:
             prepare = False
@@ -269,6 +247,7 @@ class PostgreSQLBackend(Backend):
 
     def _match_time_zone(self, cursor: Any) -> None:
         # As Django's create_cursor(): a cursor-level loader only if the zones differ.
+        from django.db.backends.postgresql.base import TIMESTAMPTZ_OID
         from django.db.backends.postgresql.psycopg_any import register_tzloader
         from psycopg.pq import Format
 
@@ -290,8 +269,6 @@ class PostgreSQLBackend(Backend):
                 cursor.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 7001))", [key])
 
     def listener(self, channel: str) -> PostgreSQLListener:
-        from durable_jobs.conf import get_settings
-
         # LISTEN needs a session of its own for as long as the worker runs: behind a pooler
         # in transaction mode, LISTEN_DATABASE names an alias that reaches the server
         # directly.

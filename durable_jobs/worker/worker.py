@@ -377,24 +377,19 @@ class Worker:
                 # Plugins first: the heartbeat keeps renewing leases even while outcome
                 # writes are failing and being retried.
                 self._run_plugins()
-                flush = self._acks_due()
+                acks_due = self._acks_due()
                 self._enforce_timeouts()
                 if self._reached_max_jobs():
                     break
                 # Claim when new jobs may be waiting (a wake-up, a due poll, a change on
-                # SQLite), or when slots are freed by a write of outcomes: a pass that only
-                # collected a result leaves its slot to that write, so that each claim
-                # takes a batch of jobs.
+                # SQLite), or when the waiting outcomes are due: a pass that only collected
+                # a result leaves its slot for later, so that each claim takes a batch.
                 poll_due = time.monotonic() >= next_poll or self._database_changed()
-                claim = new_work or poll_due or flush or (self.burst and not self._pending)
-                if claim:
+                if new_work or poll_due or acks_due or (self.burst and not self._pending):
                     next_poll = time.monotonic() + self.poll_interval
-                    # A finished job's slot is taken again only once its outcome is
-                    # written: the database never shows more leases than the concurrency.
-                    flush = bool(self._pending)
-                claimed = self._write_and_claim(flush=flush, claim=claim)
-                if self.burst and claim and not claimed and not self._running and not self._pending:
-                    break
+                    claimed = self._write_and_claim()
+                    if self.burst and not claimed and not self._running and not self._pending:
+                        break
                 failures = 0
             except DatabaseError as exc:
                 failures += 1
@@ -426,15 +421,17 @@ class Worker:
             or self.stopping
         )
 
-    def _write_and_claim(self, *, flush: bool, claim: bool) -> int:
-        """Write the waiting outcomes (if ``flush``) and lease new jobs (if ``claim``) in one
-        transaction, so that a loop pass costs one commit; return how many were leased."""
-        while flush and len(self._pending) > ACK_BATCH:
+    def _write_and_claim(self) -> int:
+        """Write the waiting outcomes and lease jobs for the free slots in one transaction,
+        so that a loop pass costs one commit; return how many were leased. A finished
+        job's slot is taken again only together with its outcome's write: the database
+        never shows more leases than the concurrency."""
+        while len(self._pending) > ACK_BATCH:
             self._flush_batch(ACK_BATCH)
-        batch = self._pending if flush else []
+        batch = self._pending
         if not batch:
-            return self._claim() if claim else 0
-        free = self._free_slots() if claim else {}
+            return self._claim()
+        free = self._free_slots()
         try:
             with backend_for(self.alias).write_transaction(savepoint=False):
                 written = acks.record(batch, using=self.alias)
@@ -443,7 +440,7 @@ class Worker:
             # An outcome the database refuses: write them one at a time, then claim in a
             # transaction of its own.
             self._flush_acks()
-            return self._claim() if claim else 0
+            return self._claim()
         self._written(batch, written)
         del self._pending[: len(batch)]
         return self._dispatch_all(leased)
