@@ -326,6 +326,57 @@ class Peer:
         self.workers.close()
 
 
+class DjangoPeer(Peer):
+    """A Django-based peer on PostgreSQL (``settings`` names its project): its
+    migrations, its tables emptied between measurements, and, having no batch API, a bulk
+    enqueue of single enqueues in one transaction."""
+
+    settings = ""
+    #: Distributions whose versions are printed with the results.
+    packages: tuple[str, ...] = ()
+
+    def __init__(self, options: argparse.Namespace) -> None:
+        super().__init__(options)
+        export_postgres(options)
+        os.environ["DJANGO_SETTINGS_MODULE"] = self.settings
+        import django
+
+        django.setup()
+        from django.db import connection
+
+        self.connection = connection
+
+    def tables(self) -> Sequence[str]:
+        """The system's job tables, the one its workers poll first."""
+        raise NotImplementedError
+
+    def setup(self) -> None:
+        from django.core.management import call_command
+
+        call_command("migrate", verbosity=0, interactive=False)
+
+    def facts(self) -> dict[str, Any]:
+        from importlib import metadata
+
+        return {"versions": {name: metadata.version(name) for name in self.packages}}
+
+    def reset(self) -> None:
+        with self.connection.cursor() as cursor:
+            cursor.execute(f"TRUNCATE {', '.join(self.tables())}")
+
+    def enqueue_bulk(self, count: int) -> None:
+        """No batch API: ``count`` single enqueues in one transaction."""
+        from django.db import transaction
+
+        with transaction.atomic():
+            for n in range(count):
+                self.enqueue_one(n)
+
+    def before_drain(self) -> None:
+        with self.connection.cursor() as cursor:
+            cursor.execute(f"ANALYZE {self.tables()[0]}")
+
+
 def export_postgres(options: argparse.Namespace) -> None:
     """Put the ``--pg-*`` options into the environment, where the system's settings (read
     at import, in the driver and in its workers alike) find them."""

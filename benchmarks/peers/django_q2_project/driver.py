@@ -5,65 +5,36 @@ for (each runs one task at a time)."""
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Sequence
-from importlib import metadata
 from typing import Any
 
 from benchmarks.peers import driver
 
-SETTINGS = "benchmarks.peers.django_q2_project.settings"
 NOOP = "benchmarks.peers.django_q2_project.tasks.noop"
 PROBE = "benchmarks.peers.django_q2_project.tasks.probe"
 
 
-class DjangoQ2Peer(driver.Peer):
+class DjangoQ2Peer(driver.DjangoPeer):
     """Django-Q2 (ORM broker) on PostgreSQL."""
+
+    settings = "benchmarks.peers.django_q2_project.settings"
+    packages = ("django-q2", "Django", "psycopg")
 
     def __init__(self, options: argparse.Namespace) -> None:
         super().__init__(options)
-        driver.export_postgres(options)
-        os.environ["DJANGO_SETTINGS_MODULE"] = SETTINGS
-        import django
-
-        django.setup()
-        from django.db import connection
         from django_q.models import OrmQ, Task
         from django_q.tasks import async_task
 
-        self.connection = connection
         self.async_task = async_task
         self.task_model = Task
-        self.tables = (OrmQ._meta.db_table, Task._meta.db_table)
+        self.queue_tables = (OrmQ._meta.db_table, Task._meta.db_table)
 
-    def setup(self) -> None:
-        from django.core.management import call_command
-
-        call_command("migrate", verbosity=0, interactive=False)
-
-    def facts(self) -> dict[str, Any]:
-        names = ("django-q2", "Django", "psycopg")
-        return {"versions": {name: metadata.version(name) for name in names}}
-
-    def reset(self) -> None:
-        with self.connection.cursor() as cursor:
-            cursor.execute(f"TRUNCATE {', '.join(self.tables)}")
+    def tables(self) -> Sequence[str]:
+        return self.queue_tables
 
     def enqueue_one(self, n: int) -> None:
         self.async_task(NOOP, n)
-
-    def enqueue_bulk(self, count: int) -> None:
-        """No batch API: ``count`` ``async_task()`` calls in one transaction."""
-        from django.db import transaction
-
-        with transaction.atomic():
-            for n in range(count):
-                self.async_task(NOOP, n)
-
-    def before_drain(self) -> None:
-        with self.connection.cursor() as cursor:
-            cursor.execute(f"ANALYZE {self.tables[0]}")
 
     def worker_env(self, workers: int) -> dict[str, str]:
         env = super().worker_env(workers)

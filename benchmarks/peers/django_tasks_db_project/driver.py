@@ -4,67 +4,37 @@ db_worker`` processes (one task at a time each, polling every ``--interval``).""
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Sequence
-from importlib import metadata
 from typing import Any
 
 from benchmarks.peers import driver
 
-SETTINGS = "benchmarks.peers.django_tasks_db_project.settings"
 
-
-class DjangoTasksDbPeer(driver.Peer):
+class DjangoTasksDbPeer(driver.DjangoPeer):
     """django-tasks-db on PostgreSQL."""
+
+    settings = "benchmarks.peers.django_tasks_db_project.settings"
+    packages = ("django-tasks-db", "django-tasks", "Django", "psycopg")
 
     def __init__(self, options: argparse.Namespace) -> None:
         super().__init__(options)
-        driver.export_postgres(options)
-        os.environ["DJANGO_SETTINGS_MODULE"] = SETTINGS
-        import django
-
-        django.setup()
-        from django.db import connection
         from django_tasks_db.models import DBTaskResult
 
         from benchmarks.peers.django_tasks_db_project import tasks
 
-        self.connection = connection
         self.model = DBTaskResult
         self.tasks = tasks
 
-    def setup(self) -> None:
-        from django.core.management import call_command
-
-        call_command("migrate", verbosity=0, interactive=False)
-
-    def facts(self) -> dict[str, Any]:
-        names = ("django-tasks-db", "django-tasks", "Django", "psycopg")
-        return {"versions": {name: metadata.version(name) for name in names}}
-
-    def reset(self) -> None:
-        with self.connection.cursor() as cursor:
-            cursor.execute(f"TRUNCATE {self.model._meta.db_table}")
+    def tables(self) -> Sequence[str]:
+        return (self.model._meta.db_table,)
 
     def enqueue_one(self, n: int) -> None:
         self.tasks.noop.enqueue(n=n)
 
-    def enqueue_bulk(self, count: int) -> None:
-        """No batch API: ``count`` ``enqueue()`` calls in one transaction."""
-        from django.db import transaction
-
-        with transaction.atomic():
-            for n in range(count):
-                self.tasks.noop.enqueue(n=n)
-
     def check_count(self, count: int) -> None:
         if (found := self.model.objects.count()) != count:
             raise RuntimeError(f"{found} tasks queued, not {count}")
-
-    def before_drain(self) -> None:
-        with self.connection.cursor() as cursor:
-            cursor.execute(f"ANALYZE {self.model._meta.db_table}")
 
     def worker_commands(self, workers: int) -> list[list[str]]:
         # The defaults otherwise: --interval 1 (seconds between polls when idle) and a
