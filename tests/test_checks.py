@@ -99,3 +99,21 @@ def test_queue_options_may_be_empty() -> None:
 def test_poll_interval_must_be_positive() -> None:
     assert ids({"POLL_INTERVAL": 0}) == ["durable_jobs.E004"]
     assert ids({"SHUTDOWN_GRACE_SECONDS": 0}) == []
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ({"LISTEN_DATABASE": "nowhere"}, ["durable_jobs.E017"]),
+        ({"LISTEN_DATABASE": 1}, ["durable_jobs.E017"]),
+        ({"PREPARED_STATEMENTS": "yes"}, ["durable_jobs.E018"]),
+        ({"LISTEN_DATABASE": None, "PREPARED_STATEMENTS": False}, []),
+    ],
+)
+def test_bad_listener_and_statement_settings_fail_check(value, expected) -> None:
+    assert ids(value) == expected
+
+
+def test_the_listen_database_must_be_postgresql(vendor) -> None:
+    expected = [] if vendor == "postgresql" else ["durable_jobs.E017"]
+    assert ids({"LISTEN_DATABASE": "default"}) == expected

@@ -412,3 +412,30 @@ def test_the_loop_wake_tells_new_work_from_finished_jobs() -> None:
     wake.set()
     assert wake.take() is True
     assert wake.take() is False
+
+
+def test_the_listener_connects_with_the_listen_database_alias(vendor) -> None:
+    """LISTEN_DATABASE (a direct connection beside a transaction-mode pooler): the worker
+    listens through that alias, and its notifications wake the worker."""
+    if vendor != "postgresql":
+        pytest.skip("LISTEN/NOTIFY is PostgreSQL's")
+    from django.db import connections
+
+    connections.settings["direct"] = dict(connections["default"].settings_dict)
+    try:
+        with override_settings(DURABLE_JOBS={"LISTEN_DATABASE": "direct"}):
+            listener = backend_for().listener(get_settings().notify_channel)
+            assert listener.alias == "direct"
+            worker = Worker({"default": 2}, poll_interval=60, scheduler=False)
+            thread = worker.start()
+            wakeup.unsubscribe(worker._wake)  # only the notification may wake it
+            try:
+                time.sleep(0.5)  # listening
+                job = jobs.add.delay(a=1)
+                wait_for(lambda: Job.objects.get(pk=job.pk).state == State.COMPLETED, timeout=10)
+            finally:
+                worker.stop()
+                thread.join(timeout=30)
+    finally:
+        connections["direct"].close()
+        del connections.settings["direct"]
