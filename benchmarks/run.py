@@ -402,9 +402,9 @@ class Phase:
         """Rows per multi-row INSERT that ``enqueue_many`` writes on this database."""
         from django.db import connection
 
-        from durable_jobs.db import backend_for
+        from durable_jobs.db import engine_for
 
-        return backend_for(connection.alias).rows_per_insert()
+        return engine_for(connection.alias).rows_per_insert()
 
     # -- 3: drain ----------------------------------------------------------------------------
 

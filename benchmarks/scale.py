@@ -228,30 +228,23 @@ def fill_history(finished: int) -> float:
 
 
 def claim_statement() -> tuple[str, dict[str, Any]]:
-    """The claim statement of a worker's queue, and its parameters, built by durable_jobs'
-    own backend as ``PostgreSQLBackend.claim_rows`` builds it (an unlimited queue's claim
-    is guarded: it leases nothing if the queue is paused or limited)."""
+    """The claim statement of a worker's queue, and its parameters, as durable_jobs' own
+    PostgreSQL engine builds them (an unlimited queue's claim is guarded: it leases
+    nothing if the queue is paused or limited)."""
     from django.db import connection
 
     from durable_jobs.conf import get_settings
-    from durable_jobs.db import backend_for
-    from durable_jobs.db.base import KEY_FILTER, LEASE_SET, Claim
-    from durable_jobs.db.postgresql import CLAIM_SQL
-    from durable_jobs.states import CLAIMABLE, State
+    from durable_jobs.db import engine_for
+    from durable_jobs.db.engine import ClaimRequest
 
-    backend = backend_for(connection.alias)
-    claim = Claim(
+    engine: Any = engine_for(connection.alias)
+    request = ClaimRequest(
         queue="default",
         limit=CLAIM_LIMIT,
         node_id=None,
         lease_seconds=get_settings().lease_seconds,
-        sources=tuple(sorted(CLAIMABLE)),
-        target=State.LEASED,
     )
-    parts = backend.claim_sql_parts(claim, guarded=True)
-    lease_set = LEASE_SET.format(alias="job.", target_like=parts["target_like"])
-    sql = CLAIM_SQL.format(**parts, lease_set=lease_set, key_filter=KEY_FILTER.format(**parts))
-    return sql, backend.claim_params(claim)
+    return engine.claim_statement(request, guarded=True)
 
 
 def numbered(sql: str, params: dict[str, Any]) -> tuple[str, list[Any]]:

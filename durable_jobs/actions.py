@@ -13,7 +13,7 @@ from collections.abc import Callable
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from durable_jobs.db import backend_for
+from durable_jobs.db import engine_for
 from durable_jobs.flow.batches import finish_ready
 from durable_jobs.models import Attempt, Job
 from durable_jobs.states import FINAL, State, transition
@@ -88,8 +88,8 @@ def _in_chunks(
 def _move(
     jobs: QuerySet[Job], target: State, *, exclude: list[State] | None = None, **changes: object
 ) -> tuple[int, int]:
-    backend = backend_for(jobs.db)
-    with backend.write_transaction():
+    engine = engine_for(jobs.db)
+    with engine.write_transaction():
         total = jobs.count()
         selected = jobs.exclude(state__in=exclude) if exclude else jobs
         # Only a move to a final state can complete a batch.
@@ -99,21 +99,21 @@ def _move(
             else set()
         )
         changed = transition(
-            Job.objects.using(backend.alias).filter(pk__in=selected.values("pk")), target, **changes
+            Job.objects.using(engine.alias).filter(pk__in=selected.values("pk")), target, **changes
         )
     if batch_ids:
-        finish_ready(batch_ids, using=backend.alias)
+        finish_ready(batch_ids, using=engine.alias)
     return changed, total - changed
 
 
 def _delete(jobs: QuerySet[Job]) -> tuple[int, int]:
-    backend = backend_for(jobs.db)
-    with backend.write_transaction():
+    engine = engine_for(jobs.db)
+    with engine.write_transaction():
         total = jobs.count()
         # Locked, so that no worker claims one of them between this read and the delete
         # (claims skip locked rows).
         rows = list(
-            Job.objects.using(backend.alias)
+            Job.objects.using(engine.alias)
             .filter(pk__in=jobs.values("pk"))
             .exclude(state=State.LEASED)
             .select_for_update()
@@ -121,11 +121,11 @@ def _delete(jobs: QuerySet[Job]) -> tuple[int, int]:
         )
         ids = [pk for pk, _ in rows]
         batch_ids = {batch_id for _, batch_id in rows if batch_id is not None}
-        Attempt.objects.using(backend.alias).filter(job_id__in=ids).delete()
+        Attempt.objects.using(engine.alias).filter(job_id__in=ids).delete()
         deleted = (
-            Job.objects.using(backend.alias).filter(pk__in=ids).delete()[1].get(Job._meta.label, 0)
+            Job.objects.using(engine.alias).filter(pk__in=ids).delete()[1].get(Job._meta.label, 0)
         )
     if batch_ids:
         # A batch whose last unfinished job is gone is complete.
-        finish_ready(batch_ids, using=backend.alias)
+        finish_ready(batch_ids, using=engine.alias)
     return deleted, total - deleted

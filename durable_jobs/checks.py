@@ -299,46 +299,9 @@ def _check_timing(merged: dict[str, Any]) -> list[CheckMessage]:
 def check_databases(
     app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
 ) -> list[CheckMessage]:
-    from durable_jobs.db import SUPPORTED_VENDORS, job_db_alias
+    from durable_jobs import db
 
-    alias = job_db_alias()
-    if alias not in connections.settings:
-        return []
-    connection = connections[alias]
-    messages: list[CheckMessage] = []
-    if connection.vendor not in SUPPORTED_VENDORS:
-        messages.append(
-            Error(
-                f"Database {alias!r} uses {connection.vendor}, which durable_jobs does not "
-                "support yet.",
-                hint="Use PostgreSQL or SQLite for the database that holds the jobs.",
-                id="durable_jobs.E007",
-            )
-        )
-    elif connection.vendor == "sqlite":
-        import sqlite3
-
-        if sqlite3.sqlite_version_info < (3, 35):
-            messages.append(
-                Error(
-                    f"SQLite {sqlite3.sqlite_version} is too old: durable_jobs needs 3.35 or "
-                    "newer (UPDATE ... RETURNING).",
-                    hint="Use a Python built against a newer SQLite, or PostgreSQL.",
-                    id="durable_jobs.E008",
-                )
-            )
-        mode = (connection.settings_dict.get("OPTIONS") or {}).get("transaction_mode")
-        if (mode or "").upper() != "IMMEDIATE":
-            messages.append(
-                Warning(
-                    f"SQLite database {alias!r} starts transactions in DEFERRED mode; an "
-                    "enqueue inside transaction.atomic() may fail with 'database is locked' "
-                    "while a worker writes.",
-                    hint=f"Set DATABASES[{alias!r}]['OPTIONS']['transaction_mode'] = 'IMMEDIATE'.",
-                    id="durable_jobs.W001",
-                )
-            )
-    return messages
+    return db.check()
 
 
 @register()

@@ -71,9 +71,9 @@ class JobContext:
         return self._leased().update(lease_expires_at=expires) == 1
 
     def _leased(self) -> Any:
-        from durable_jobs.states import held
+        from durable_jobs.lifecycle.transitions import leased_under
 
-        return held([self.job.pk], self.job.lease_token, using=self.job._state.db)
+        return leased_under([self.job.pk], self.job.lease_token, using=self.job._state.db)
 
 
 def _parse(value: Any) -> datetime.datetime | None:

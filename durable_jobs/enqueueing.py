@@ -12,15 +12,15 @@ from django.utils import timezone
 
 from durable_jobs import registry, wakeup
 from durable_jobs.conf import get_settings
-from durable_jobs.db import backend_for
-from durable_jobs.db.base import unsaved
+from durable_jobs.db import engine_for
+from durable_jobs.db.rows import mark_saved, new_instance
 from durable_jobs.exceptions import EnqueueError
 from durable_jobs.handlers import EnqueueOptions, _check_priority, _check_queue, _check_retries
+from durable_jobs.lifecycle.states import State
 from durable_jobs.logging import log_event
 from durable_jobs.models import Job
 from durable_jobs.payload import check_json, text_problem
 from durable_jobs.redaction import redact
-from durable_jobs.states import State
 from durable_jobs.wakeup import wake_local_workers
 
 if TYPE_CHECKING:
@@ -97,7 +97,7 @@ def build_job(
             f"{handler.name}: meta must be a dict, not {type(options.meta).__name__}"
         )
     meta = check_json(f"{handler.name} meta", dict(options.meta or {}))
-    return unsaved(
+    return new_instance(
         Job,
         queue=queue,
         name=handler.name,
@@ -131,15 +131,15 @@ def insert_or_get(
 ) -> tuple[Job, bool]:
     """``(job, created)``: the new job, or the existing one holding its idempotency key."""
     job = build_job(handler, payload, options)
-    backend = backend_for(using)
-    connection = backend.connection
+    engine = engine_for(using)
+    connection = engine.connection
     # Wake-ups go with the first enqueue of the queue in a transaction, not with each.
     wake = job.available_at <= job.created_at and not wakeup.already_woken(connection, job.queue)
     for _ in range(3):
-        job_id = backend.insert_job(job, notify=wake)
+        job_id = engine.insert_job(job, notify=wake)
         if job_id is not None:
             break
-        existing = Job.objects.using(backend.alias).filter(idempotency_key=job.idempotency_key)
+        existing = Job.objects.using(engine.alias).filter(idempotency_key=job.idempotency_key)
         found = existing.first()
         if found is not None:
             log_event(
@@ -153,14 +153,12 @@ def insert_or_get(
             f"{handler.name}: the idempotency key {job.idempotency_key!r} kept changing hands; "
             "try again"
         )
-    job.pk = job_id
-    job._state.adding = False
-    job._state.db = backend.alias
+    mark_saved(job, job_id, engine.alias)
     if logger.isEnabledFor(logging.INFO):
         log_event(logging.INFO, "enqueued", job, payload=redact(job.payload))
     if wake:
         # Runs at once outside a transaction; after COMMIT inside one; never on rollback.
-        transaction.on_commit(wake_local_workers, using=backend.alias)
+        transaction.on_commit(wake_local_workers, using=engine.alias)
         wakeup.mark_woken(connection, job.queue)
     return job, True
 
@@ -209,18 +207,18 @@ def insert_many(
                 f"enqueue_many takes prepared jobs, as in send_receipt.prepare(order_id=1); "
                 f"got {type(item).__name__}"
             )
-    backend = backend_for(using)
+    engine = engine_for(using)
     now = timezone.now()
     jobs = [build_job(p.handler, p.payload, p.options, now=now) for p in prepared]
     for job in jobs:
         job.batch_id = batch_id
-    with transaction.atomic(using=backend.alias):
-        ids = backend.insert_jobs(jobs)
+    with transaction.atomic(using=engine.alias):
+        ids = engine.insert_jobs(jobs)
         missing = {j.idempotency_key for j, pk in zip(jobs, ids, strict=True) if pk is None}
         existing = (
             {
                 j.idempotency_key: j
-                for j in Job.objects.using(backend.alias).filter(idempotency_key__in=missing)
+                for j in Job.objects.using(engine.alias).filter(idempotency_key__in=missing)
             }
             if missing
             else {}
@@ -231,11 +229,11 @@ def insert_many(
                 for j, pk in zip(jobs, ids, strict=True)
                 if pk
                 and j.available_at <= now
-                and not wakeup.already_woken(backend.connection, j.queue)
+                and not wakeup.already_woken(engine.connection, j.queue)
             }
         )
         if queues:
-            backend.notify(queues)
+            engine.notify(queues)
     out: list[Job] = []
     created = 0
     for job, pk in zip(jobs, ids, strict=True):
@@ -248,9 +246,7 @@ def insert_many(
                 )
             out.append(found)
             continue
-        job.pk = pk
-        job._state.adding = False
-        job._state.db = backend.alias
+        mark_saved(job, pk, engine.alias)
         created += 1
         out.append(job)
     if logger.isEnabledFor(logging.INFO) and created:
@@ -261,7 +257,7 @@ def insert_many(
             extra={"count": created, "queues": queues},
         )
     if queues:
-        transaction.on_commit(wake_local_workers, using=backend.alias)
+        transaction.on_commit(wake_local_workers, using=engine.alias)
         for queue in queues:
-            wakeup.mark_woken(backend.connection, queue)
+            wakeup.mark_woken(engine.connection, queue)
     return out, created

@@ -10,9 +10,9 @@ from typing import Any
 
 from django.db.models import Count, QuerySet
 
+from durable_jobs.lifecycle.states import FINAL, UNFINISHED, State
 from durable_jobs.models import Batch, Job, Queue
 from durable_jobs.redaction import redact
-from durable_jobs.states import FINAL, UNFINISHED, State
 
 
 def iso(value: datetime.datetime | None) -> str | None:

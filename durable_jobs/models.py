@@ -15,7 +15,7 @@ from django.db.models import Q
 from django.utils import timezone
 from django.utils.timezone import now
 
-from durable_jobs.states import CLAIMABLE, FINAL, State
+from durable_jobs.lifecycle.states import CLAIMABLE, FINAL, State
 
 
 class Outcome(models.TextChoices):

@@ -26,8 +26,8 @@ from django.db.models import Count, F, Max, Q, QuerySet
 from django.db.models.functions import TruncMinute
 from django.utils import timezone
 
+from durable_jobs.lifecycle.states import FINAL, UNFINISHED, State
 from durable_jobs.models import FAILED_OUTCOMES, Attempt, Job, Node, Queue
-from durable_jobs.states import FINAL, UNFINISHED, State
 
 #: The most index entries one figure reads.
 CAP = 100_000

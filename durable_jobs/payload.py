@@ -89,7 +89,7 @@ def _describe(value: Any) -> str:
     )
 
 
-def _first_unstorable(value: Any, path: str, depth: int = 0) -> tuple[str, Any] | None:
+def first_unstorable(value: Any, path: str, depth: int = 0) -> tuple[str, Any] | None:
     """The first part of ``value`` that would not come back unchanged from JSON."""
     if value is None or isinstance(value, bool | int):
         return None
@@ -106,7 +106,7 @@ def _first_unstorable(value: Any, path: str, depth: int = 0) -> tuple[str, Any] 
         return (path, _TooDeep)
     if isinstance(value, list):
         for i, item in enumerate(value):
-            found = _first_unstorable(item, f"{path}[{i}]", depth + 1)
+            found = first_unstorable(item, f"{path}[{i}]", depth + 1)
             if found:
                 return found
         return None
@@ -116,7 +116,7 @@ def _first_unstorable(value: Any, path: str, depth: int = 0) -> tuple[str, Any] 
                 return (f"{path}[{key!r}]", value)
             if text_problem(key):
                 return (f"{path}[{key!r}]", key)
-            found = _first_unstorable(item, f"{path}[{key!r}]", depth + 1)
+            found = first_unstorable(item, f"{path}[{key!r}]", depth + 1)
             if found:
                 return found
         return None
@@ -126,7 +126,7 @@ def _first_unstorable(value: Any, path: str, depth: int = 0) -> tuple[str, Any] 
 def check_json(handler_name: str, kwargs: Mapping[str, Any]) -> dict[str, Any]:
     """Return ``kwargs`` as a payload, or refuse values that don't survive JSON unchanged."""
     for key, value in kwargs.items():
-        found = _first_unstorable(value, key)
+        found = first_unstorable(value, key)
         if found:
             where, bad = found
             raise EnqueueError(

@@ -10,7 +10,7 @@ import pytest
 from django.db import connections
 from django.utils import timezone
 
-from durable_jobs import acks
+from durable_jobs.lifecycle import outcomes, recording
 from durable_jobs.models import Attempt, Job, Node, Outcome
 from durable_jobs.plugins.rescuer import rescue_expired
 from durable_jobs.states import State, claim
@@ -81,8 +81,8 @@ def test_an_acknowledgement_from_a_lost_lease_is_rejected_and_changes_nothing() 
     assert current.pk == job.pk
     assert current.lease_token != stale.lease_token
 
-    late = acks.decide(execute(stale), node="hung-node")
-    assert acks.apply(late) is False
+    late = outcomes.decide(execute(stale), node="hung-node")
+    assert recording.write_now([late]) == [False]
 
     job.refresh_from_db()
     assert job.state == State.LEASED
@@ -90,7 +90,7 @@ def test_an_acknowledgement_from_a_lost_lease_is_rejected_and_changes_nothing() 
     assert job.result is None
     assert [a.outcome for a in Attempt.objects.filter(job=job)] == [Outcome.LOST]
 
-    assert acks.apply(acks.decide(execute(current), node="good-node")) is True
+    assert recording.write_now([outcomes.decide(execute(current), node="good-node")]) == [True]
     job.refresh_from_db()
     assert (job.state, job.result) == (State.COMPLETED, 1)
 
@@ -163,10 +163,10 @@ def test_a_batch_of_outcomes_is_written_together_each_guarded_by_its_lease() -> 
     stale = claimed[second.pk]
     Job.objects.filter(pk=second.pk).update(lease_token="00000000-0000-0000-0000-0000000000ff")
     batch = [
-        acks.decide(execute(claimed[first.pk]), node="n"),
-        acks.decide(execute(stale), node="n"),
+        outcomes.decide(execute(claimed[first.pk]), node="n"),
+        outcomes.decide(execute(stale), node="n"),
     ]
-    assert acks.apply_many(batch) == [True, False]
+    assert recording.write_now(batch) == [True, False]
     assert Job.objects.get(pk=first.pk).state == State.COMPLETED
     assert Job.objects.get(pk=second.pk).state == State.LEASED  # not this worker's any more
     assert list(Attempt.objects.values_list("job_id", flat=True)) == [first.pk]

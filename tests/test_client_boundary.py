@@ -704,8 +704,13 @@ VALID_ARGUMENTS = {
 
 #: Modules whose code leases or acknowledges jobs (the worker, and the test helpers that
 #: run jobs in-process), and the calls that lease a job or act under its lease.
-FORBIDDEN_MODULES = ("durable_jobs.acks", "durable_jobs.worker", "durable_jobs.testing")
-FORBIDDEN_CALLS = {"claim", "held"}
+FORBIDDEN_MODULES = (
+    "durable_jobs.lifecycle.outcomes",
+    "durable_jobs.lifecycle.recording",
+    "durable_jobs.worker",
+    "durable_jobs.testing",
+)
+FORBIDDEN_CALLS = {"claim", "leased_under"}
 RESERVED = {State.LEASED.value, State.COMPLETED.value}
 
 

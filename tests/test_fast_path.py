@@ -11,10 +11,12 @@ from django.db import connection, transaction
 from django.test import override_settings
 
 import durable_jobs
-from durable_jobs import acks, wakeup
+from durable_jobs import wakeup
 from durable_jobs.conf import get_settings
-from durable_jobs.db import backend_for
+from durable_jobs.db import engine_for
 from durable_jobs.db import postgresql as pg_backend
+from durable_jobs.lifecycle import recording
+from durable_jobs.lifecycle.outcomes import decide
 from durable_jobs.models import Attempt, Job, Outcome
 from durable_jobs.states import State, claim
 from durable_jobs.worker import Worker
@@ -101,8 +103,8 @@ def test_one_statement_settles_every_kind_of_outcome() -> None:
     # Another node rescued the last job and leased it again: its old token is stale.
     Job.objects.filter(pk=stale.pk).update(state=State.QUEUED)
     claim(queue="default", limit=1, node_id=None, lease_seconds=60)
-    batch = [acks.decide(execute(leased[j.pk]), node="n") for j in made]
-    assert acks.apply_many(batch) == [True, True, True, True, True, False]
+    batch = [decide(execute(leased[j.pk]), node="n") for j in made]
+    assert recording.write_now(batch) == [True, True, True, True, True, False]
     rows = {j.pk: j for j in Job.objects.all()}
     added, flaky, discarded, snoozed, cancelled, rescued = (rows[j.pk] for j in made)
     assert (added.state, added.result, added.finished_at is not None) == ("completed", 5, True)
@@ -138,14 +140,14 @@ def test_a_unique_job_keeps_its_key_while_unfinished_and_frees_it_when_done() ->
     first = jobs.unique_sync.delay(account_id=1)
     key = Job.objects.get(pk=first.pk).idempotency_key
     (leased,) = claim(queue="default", limit=1, node_id=None, lease_seconds=60)
-    snoozed = acks.decide(execute(leased), node="n")
-    snoozed.settlement.target = State.QUEUED  # given back: still unique
-    snoozed.settlement.gives_back = True
-    assert acks.apply(snoozed) is True
+    snoozed = decide(execute(leased), node="n")
+    snoozed.target = State.QUEUED  # given back: still unique
+    snoozed.gives_back = True
+    assert recording.write_now([snoozed]) == [True]
     assert Job.objects.get(pk=first.pk).idempotency_key == key
     assert jobs.unique_sync.delay(account_id=1).pk == first.pk
     (leased,) = claim(queue="default", limit=1, node_id=None, lease_seconds=60)
-    assert acks.apply(acks.decide(execute(leased), node="n")) is True
+    assert recording.write_now([decide(execute(leased), node="n")]) == [True]
     assert Job.objects.get(pk=first.pk).idempotency_key is None
     assert jobs.unique_sync.delay(account_id=1).pk != first.pk
 
@@ -202,7 +204,7 @@ def test_a_rolled_back_savepoint_takes_its_wake_up_with_it() -> None:
 
 def _notifications(action, seconds: float = 1.0) -> list[str]:
     """The NOTIFY payloads a separate listening connection receives during ``action``."""
-    listener = backend_for().listener(get_settings().notify_channel)
+    listener = engine_for().listener(get_settings().notify_channel)
     listener.connect()
     try:
         action()
@@ -241,7 +243,7 @@ def test_postgresql_claims_and_settles_with_prepared_statements(vendor) -> None:
     durable_jobs.enqueue_many([jobs.add.prepare(a=i) for i in range(20)])
     for _ in range(3):
         leased = claim(queue="default", limit=2, node_id=None, lease_seconds=60)
-        acks.apply_many([acks.decide(execute(job), node="n") for job in leased])
+        recording.write_now([decide(execute(job), node="n") for job in leased])
     with connection.cursor() as cursor:
         cursor.execute("SELECT statement FROM pg_prepared_statements")
         statements = [row[0] for row in cursor.fetchall()]
@@ -338,8 +340,11 @@ def test_a_stale_and_a_current_lease_of_one_job_in_one_batch() -> None:
     (first,) = claim(queue="default", limit=1, node_id=None, lease_seconds=60)
     Job.objects.filter(pk=made.pk).update(state=State.QUEUED)  # rescued
     (second,) = claim(queue="default", limit=1, node_id=None, lease_seconds=60)
-    batch = [acks.decide(execute(first), node="first"), acks.decide(execute(second), node="second")]
-    assert acks.apply_many(batch) == [False, True]
+    batch = [
+        decide(execute(first), node="first"),
+        decide(execute(second), node="second"),
+    ]
+    assert recording.write_now(batch) == [False, True]
     assert list(Attempt.objects.values_list("node", flat=True)) == ["second"]
 
 
@@ -350,15 +355,15 @@ def test_a_burst_worker_goes_on_after_writing_a_refused_outcome_alone(vendor, mo
         pytest.skip("SQLite stores NUL characters")
     made = durable_jobs.enqueue_many([jobs.add.prepare(a=i) for i in range(40)])
     refused = {made[5].pk, made[17].pk}
-    decide = acks.decide
+    from durable_jobs.lifecycle import outcomes
 
     def decide_with_unstorable_results(result, *, node):
-        ack = decide(result, node=node)
-        if ack.job.pk in refused:
-            ack.settlement.result = "\x00"
-        return ack
+        settlement = decide(result, node=node)
+        if settlement.job.pk in refused:
+            settlement.result = "\x00"
+        return settlement
 
-    monkeypatch.setattr(acks, "decide", decide_with_unstorable_results)
+    monkeypatch.setattr(outcomes, "decide", decide_with_unstorable_results)
     Worker({"default": 8}, burst=True, scheduler=False).run()
     assert Job.objects.filter(state=State.COMPLETED).count() == 40
     assert Attempt.objects.count() == 40
@@ -424,7 +429,7 @@ def test_the_listener_connects_with_the_listen_database_alias(vendor) -> None:
     connections.settings["direct"] = dict(connections["default"].settings_dict)
     try:
         with override_settings(DURABLE_JOBS={"LISTEN_DATABASE": "direct"}):
-            listener = backend_for().listener(get_settings().notify_channel)
+            listener = engine_for().listener(get_settings().notify_channel)
             assert listener.alias == "direct"
             worker = Worker({"default": 2}, poll_interval=60, scheduler=False)
             thread = worker.start()

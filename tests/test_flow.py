@@ -49,10 +49,10 @@ def run_one(queue: str = "default") -> Job:
 
 
 def complete(job_row: Job) -> None:
-    from durable_jobs import acks
+    from durable_jobs.lifecycle import outcomes, recording
     from durable_jobs.worker.execute import execute
 
-    acks.apply(acks.decide(execute(job_row, node="t"), node="t"))
+    recording.write_now([outcomes.decide(execute(job_row, node="t"), node="t")])
 
 
 # -- rates ---------------------------------------------------------------------------------
@@ -420,7 +420,7 @@ def test_the_sweep_finishes_a_batch_whose_check_was_missed() -> None:
     batch = Batch("b", on_complete=jobs.batch_done.prepare(label="b")).enqueue(
         [jobs.batch_item.prepare(n=1)]
     )
-    with mock.patch("durable_jobs.acks._finish_batches"):
+    with mock.patch("durable_jobs.lifecycle.recording.finish_batches"):
         run_one()
     batch.refresh_from_db()
     assert not batch.is_finished

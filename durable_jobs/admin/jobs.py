@@ -21,8 +21,8 @@ from durable_jobs.admin.filters import (
     SafeLookupsMixin,
 )
 from durable_jobs.flow.why import explain
+from durable_jobs.lifecycle.states import CLAIMABLE, FINAL, State
 from durable_jobs.models import Attempt, Job
-from durable_jobs.states import CLAIMABLE, FINAL, State
 
 ATTEMPT_FIELDS = (
     "number",

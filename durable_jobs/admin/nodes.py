@@ -10,8 +10,8 @@ from django.http import HttpRequest
 
 from durable_jobs.admin.display import age, badge
 from durable_jobs.admin.filters import SafeLookupsMixin
+from durable_jobs.lifecycle.states import State
 from durable_jobs.models import Node
-from durable_jobs.states import State
 
 
 @admin.register(Node)

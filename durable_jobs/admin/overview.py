@@ -19,8 +19,8 @@ from django.urls import URLPattern, path, reverse
 
 from durable_jobs import overview
 from durable_jobs.admin.display import badge
+from durable_jobs.lifecycle.states import UNFINISHED, State
 from durable_jobs.models import Overview
-from durable_jobs.states import UNFINISHED, State
 
 #: The finished states' columns, the usual outcome first.
 FINISHED_COLUMNS = [State.COMPLETED.value, State.DEAD.value, State.CANCELLED.value]

@@ -1,37 +1,64 @@
-"""Per-database SQL, chosen once per connection from ``connection.vendor``.
+"""The database engines: everything that depends on the database, behind one contract.
 
-Everything that depends on the database engine lives in this package: the claim
-query, the idempotent insert, wake-ups, and transaction modes. The rest of the
-package talks to a :class:`~durable_jobs.db.base.Backend`.
+:func:`engine_for` gives the :class:`~durable_jobs.db.engine.Engine` of an alias, one
+complete module per database (``postgresql``, ``sqlite``). Internal: nothing in this
+package is public API.
 """
 
 from __future__ import annotations
 
+from django.core.checks import CheckMessage, Error
 from django.db import connections, router
 
-from durable_jobs.db.base import Backend
+from durable_jobs.db.engine import Engine
+from durable_jobs.db.postgresql import PostgreSQLEngine
+from durable_jobs.db.sqlite import SQLiteEngine
+from durable_jobs.models import Job
 
-SUPPORTED_VENDORS = ("postgresql", "sqlite")
+#: ``connection.vendor`` -> its engine.
+ENGINES: dict[str, type[Engine]] = {
+    engine.vendor: engine for engine in (PostgreSQLEngine, SQLiteEngine)
+}
+SUPPORTED_VENDORS = tuple(ENGINES)
+
+_engines: dict[tuple[str, str], Engine] = {}
 
 
 def job_db_alias() -> str:
-    from durable_jobs.models import Job
-
+    """The alias Django's router picks for writing jobs."""
     return router.db_for_write(Job) or "default"
 
 
-def backend_for(using: str | None = None) -> Backend:
+def engine_for(using: str | None = None) -> Engine:
+    """The engine of ``using`` (default: :func:`job_db_alias`)."""
     alias = using or job_db_alias()
-    connection = connections[alias]
-    vendor = connection.vendor
-    if vendor == "postgresql":
-        from durable_jobs.db.postgresql import PostgreSQLBackend
+    vendor = connections[alias].vendor
+    engine = _engines.get((alias, vendor))
+    if engine is None:
+        try:
+            engine_class = ENGINES[vendor]
+        except KeyError:
+            raise NotImplementedError(
+                f"durable_jobs does not support the {vendor!r} database yet; use PostgreSQL "
+                "or SQLite."
+            ) from None
+        engine = _engines[(alias, vendor)] = engine_class(alias)
+    return engine
 
-        return PostgreSQLBackend(alias)
-    if vendor == "sqlite":
-        from durable_jobs.db.sqlite import SQLiteBackend
 
-        return SQLiteBackend(alias)
-    raise NotImplementedError(
-        f"durable_jobs does not support the {vendor!r} database yet; use PostgreSQL or SQLite."
-    )
+def check() -> list[CheckMessage]:
+    """The database checks: the jobs' database is one durable_jobs supports, and is
+    configured for it (each engine's own checks)."""
+    alias = job_db_alias()
+    if alias not in connections.settings:
+        return []
+    vendor = connections[alias].vendor
+    if vendor not in ENGINES:
+        return [
+            Error(
+                f"Database {alias!r} uses {vendor}, which durable_jobs does not support yet.",
+                hint="Use PostgreSQL or SQLite for the database that holds the jobs.",
+                id="durable_jobs.E007",
+            )
+        ]
+    return engine_for(alias).check()

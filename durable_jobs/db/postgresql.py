@@ -1,4 +1,4 @@
-"""PostgreSQL: SKIP LOCKED claims, and LISTEN/NOTIFY wake-ups."""
+"""PostgreSQL: SKIP LOCKED claims, prepared statements, and LISTEN/NOTIFY wake-ups."""
 
 from __future__ import annotations
 
@@ -7,21 +7,19 @@ import functools
 import json
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from django.db import DatabaseError
+from django.db import DatabaseError, transaction
 
 from durable_jobs.conf import get_settings
-from durable_jobs.db.base import (
-    ATTEMPT_COLUMNS,
-    KEY_FILTER,
-    LEASE_SET,
-    SETTLE_COLUMNS,
-    SETTLE_SET,
-    Backend,
-    Claim,
-)
+from durable_jobs.db import outcome_rows
+from durable_jobs.db.engine import ChooseKeyed, ClaimRequest, Engine, insert_fields
+from durable_jobs.lifecycle import sql
+from durable_jobs.models import Attempt, Job
+
+if TYPE_CHECKING:
+    from durable_jobs.lifecycle.outcomes import Settlement
 
 logger = logging.getLogger("durable_jobs")
 
@@ -41,20 +39,13 @@ try:
 except ImportError:  # psycopg is only needed on PostgreSQL
     pass
 
-if TYPE_CHECKING:
-    from durable_jobs.models import Job
-    from durable_jobs.states import Settlement
-
-# The claim is one statement. The CTE picks and row-locks at most {limit} waiting
-# jobs in claim order, skipping rows other workers have locked, and the UPDATE leases
-# exactly those rows. Writing this as ``UPDATE ... WHERE id IN (SELECT ... LIMIT n)``
-# is a known trap: the planner may turn the subquery into a join it re-evaluates,
-# leasing more rows than the LIMIT. The CTE is materialised once (an optimisation
-# fence), so it cannot.
+# The claim is one statement: the CTE picks and row-locks at most {limit} waiting jobs,
+# skipping rows other workers hold, and the UPDATE leases exactly those. Not
+# ``UPDATE ... WHERE id IN (SELECT ... LIMIT n)``: the planner may re-run that subquery
+# as a join and lease more rows than the LIMIT; a CTE is evaluated once.
 #
-# Picked jobs with a concurrency key are not leased here: they come back still
-# queued (and still row-locked by this transaction), and are leased by LEASE_SQL once
-# their keys are locked and counted (see Backend.choose_keyed).
+# Picked jobs with a concurrency key come back still queued (and row-locked); they are
+# leased by LEASE_SQL once flow control has chosen those whose keys have room.
 CLAIM_SQL = """
 WITH picked AS (
     SELECT id, concurrency_key
@@ -89,16 +80,14 @@ RETURNING job.*
 """
 
 
-# Acknowledgement of a whole batch in one statement (one round trip, one commit in
-# autocommit). The UPDATE is fenced per job by state and lease token; only the jobs it
-# moved get their attempt row, whose ids come back.
+# A whole batch of outcomes in one statement; only the jobs the fenced UPDATE moved get
+# their attempt row, whose ids come back.
 #
-# The plan must find the jobs by primary key. A prepared statement's generic plan cannot
-# see how few rows the JSON holds, hence the ids again as an array; and the state the
-# jobs must still be in comes from the rows (``o.source``, always 'leased'), not as a
-# literal: ``state = 'leased'`` would match the predicate of the index of leased jobs,
-# which the planner then scans too, with all its dead entries (every claim and outcome
-# leaves some until a vacuum): milliseconds per batch on a busy table.
+# Under a prepared statement's generic plan the jobs must be found by primary key: hence
+# the ids again as an array (the plan cannot see how few rows the JSON holds), and the
+# fence's state taken from the rows (``o.source``) rather than as the literal 'leased',
+# which would lead the planner to scan the partial index of leased jobs, dead entries
+# and all.
 SETTLE_SQL = """
 WITH outcome AS (
     SELECT {fields} FROM jsonb_array_elements(%s::jsonb) AS r
@@ -120,8 +109,15 @@ SELECT job_id, id FROM recorded
 """
 
 
-class PostgreSQLBackend(Backend):
+class PostgreSQLEngine(Engine):
     vendor = "postgresql"
+
+    @contextlib.contextmanager
+    def write_transaction(self, *, savepoint: bool = True) -> Iterator[None]:
+        with transaction.atomic(using=self.alias, savepoint=savepoint):
+            yield
+
+    # -- enqueue ----------------------------------------------------------------------------
 
     def rows_per_insert(self) -> int:
         return 5000
@@ -134,30 +130,29 @@ class PostgreSQLBackend(Backend):
         if notify:
             params += [get_settings().notify_channel, job.queue]
         # Prepared only in autocommit, where a pooler that lost the statement costs a
-        # retry (see run_hot); inside the project's transaction it would fail the
-        # transaction.
+        # retry (see execute_prepared); inside the project's transaction it would fail
+        # the transaction.
         prepare = not self.connection.in_atomic_block
-        sql = insert_json_sql(self.alias, notify=notify)
-        _, rows = self.run_hot(sql, params, prepare=prepare)
+        statement = insert_json_sql(self.alias, notify=notify)
+        _, rows = self.execute_prepared(statement, params, prepare=prepare)
         return int(rows[0][0]) if rows else None
+
+    def insert_rows(self, jobs: Sequence[Job]) -> list[tuple[Any, ...]]:
+        # The rows travel as one JSON document (``json.dumps`` is one C call) in one
+        # parameter, rather than as 25 parameters per row that Django's cursor would quote
+        # into the statement's text one by one. Not prepared: one statement per 5,000
+        # jobs gains nothing from it, and enqueues run on the project's own connections,
+        # where psycopg, once it has prepared anything, answers every rollback with
+        # DEALLOCATE ALL.
+        statement = insert_json_sql(self.alias, notify=False)
+        _, returned = self.execute_prepared(statement, [self._json_rows(jobs)], prepare=False)
+        return returned
 
     def _json_rows(self, jobs: Sequence[Job]) -> str:
         columns = _insert_columns(self.alias)
         return json.dumps(
             [[encode(getattr(job, name)) for name, _, encode in columns] for job in jobs]
         )
-
-    def insert_rows(self, jobs: Sequence[Job]) -> list[tuple[Any, ...]]:
-        # The rows travel as one JSON document (``json.dumps`` is one C call) in one
-        # parameter, rather than as 25 parameters per row that Django's cursor would quote
-        # into the statement's text one by one: that quoting, and parsing the result, cost
-        # several times more than inserting the rows. Not prepared: one statement per
-        # 5,000 jobs gains nothing from it, and enqueues run on the project's own
-        # connections, where psycopg, once it has prepared anything, answers every
-        # rollback with DEALLOCATE ALL.
-        sql = insert_json_sql(self.alias, notify=False)
-        _, returned = self.run_hot(sql, [self._json_rows(jobs)], prepare=False)
-        return returned
 
     def notify(self, queues: Sequence[str]) -> None:
         channel = get_settings().notify_channel
@@ -166,37 +161,77 @@ class PostgreSQLBackend(Backend):
                 "SELECT pg_notify(%s, q) FROM unnest(%s::text[]) AS q", [channel, list(queues)]
             )
 
-    def claim_rows(self, claim: Claim, *, guarded: bool) -> list[Job]:
+    # -- claim ------------------------------------------------------------------------------
 
-        parts = self.claim_sql_parts(claim, guarded=guarded)
-        lease_set = LEASE_SET.format(alias="job.", target_like=parts["target_like"])
-        sql = CLAIM_SQL.format(**parts, lease_set=lease_set, key_filter=KEY_FILTER.format(**parts))
-        params = self.claim_params(claim)
-        rows = self.fetch_jobs(sql, params)
-        jobs = [job for job in rows if job.state == claim.target]
+    def may_claim(self, queue: str) -> bool:
+        return True  # the claim takes no lock that an enqueue waits for
+
+    def claim(
+        self, request: ClaimRequest, *, guarded: bool, choose_keyed: ChooseKeyed
+    ) -> list[Job]:
+        statement, params = self.claim_statement(request, guarded=guarded)
+        picked = self.fetch_jobs(statement, params)
+        jobs = [job for job in picked if job.state == sql.LEASED]
         keyed = [
             (job.pk, job.concurrency_key, job.concurrency_limit or 1)
-            for job in sorted(rows, key=lambda j: (-j.priority, j.available_at, j.pk))
-            if job.state != claim.target and job.concurrency_key
+            for job in sorted(picked, key=lambda j: (-j.priority, j.available_at, j.pk))
+            if job.state != sql.LEASED and job.concurrency_key
         ]
         if keyed:
-            ids = self.choose_keyed(keyed)
+            ids = choose_keyed(keyed)
             if ids:
-                lease = LEASE_SQL.format(table=parts["table"], lease_set=lease_set)
+                table = self.connection.ops.quote_name(Job._meta.db_table)
+                lease = LEASE_SQL.format(table=table, lease_set=sql.lease_set("job."))
                 jobs += self.fetch_jobs(lease, {**params, "ids": ids})
         return jobs
 
-    def run_hot(
+    def claim_statement(
+        self, request: ClaimRequest, *, guarded: bool
+    ) -> tuple[str, dict[str, Any]]:
+        """The claim's text and parameters (``benchmarks/scale.py`` EXPLAINs them too)."""
+        parts = self.claim_parts(request, guarded=guarded)
+        statement = CLAIM_SQL.format(**parts, lease_set=sql.lease_set("job."))
+        return statement, self.claim_params(request)
+
+    def lock_keys(self, keys: Sequence[str]) -> None:
+        # Transaction-scoped advisory locks, in sorted order so claimers never deadlock.
+        # A hash collision only serialises two keys' claims; the count stays exact.
+        with self.connection.cursor() as cursor:
+            for key in keys:
+                cursor.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 7001))", [key])
+
+    # -- outcomes ---------------------------------------------------------------------------
+
+    def settle(self, settlements: Sequence[Settlement]) -> list[bool]:
+        rows = outcome_rows.encode(settlements, outcome_rows.iso_time, str)
+        ids = [settlement.job_id for settlement in settlements]
+        _, written = self.execute_prepared(settle_sql(), [rows, ids])
+        return outcome_rows.mark_written(settlements, dict(written), self.alias)
+
+    # -- wake-ups ---------------------------------------------------------------------------
+
+    def listener(self, channel: str) -> PostgreSQLListener:
+        # LISTEN needs a session of its own for as long as the worker runs: behind a pooler
+        # in transaction mode, LISTEN_DATABASE names an alias that reaches the server
+        # directly.
+        return PostgreSQLListener(get_settings().listen_database or self.alias, channel)
+
+    def change_counter(self) -> int | None:
+        return None  # idle workers are woken by NOTIFY instead
+
+    # -- statements -------------------------------------------------------------------------
+
+    def execute_prepared(
         self, sql: str, params: Any, *, prepare: bool = True
     ) -> tuple[tuple[str, ...], list[tuple[Any, ...]]]:
-        """Run a statement the worker repeats as a prepared statement: it is parsed and
-        planned once per connection instead of at every call, which for the claim costs
-        more than running it. (Django's own cursors bind parameters on the client and
-        never prepare.)
+        """Run a statement the worker repeats as a prepared statement: parsed and planned
+        once per connection instead of at every call, which for the claim costs more
+        than running it. (Django's own cursors bind parameters on the client and never
+        prepare.)
 
         Behind PgBouncer in transaction mode, prepared statements need PgBouncer 1.21 or
         later with ``max_prepared_statements`` set; otherwise set
-        ``DURABLE_JOBS["PREPARED_STATEMENTS"] = False``. A worker that meets a server
+        ``DURABLE_JOBS["PREPARED_STATEMENTS"] = False``. A process that meets a server
         without them stops preparing after the first failure (see ``_unprepared``).
         """
         prepare = prepare and get_settings().prepared_statements
@@ -242,7 +277,7 @@ class PostgreSQLBackend(Backend):
                     # In autocommit nothing was aborted: run it again, unprepared. (Inside
                     # a transaction the error has aborted it; the caller's atomic block
                     # fails this once.)
-                    return self.run_hot(sql, params, prepare=False)
+                    return self.execute_prepared(sql, params, prepare=False)
             raise
 
     def _match_time_zone(self, cursor: Any) -> None:
@@ -256,32 +291,13 @@ class PostgreSQLBackend(Backend):
         if wrapper.timezone != loader.timezone:
             register_tzloader(wrapper.timezone, cursor)
 
-    def settle(self, settlements: Sequence[Settlement]) -> list[bool]:
-        ids = [settlement.job_id for settlement in settlements]
-        _, rows = self.run_hot(settle_sql(), [self.settlement_rows(settlements), ids])
-        return self.mark_settled(settlements, dict(rows))
 
-    def lock_keys(self, keys: Sequence[str]) -> None:
-        # Transaction-scoped advisory locks, in sorted order so claimers never deadlock.
-        # A hash collision only serialises two keys' claims; the count stays exact.
-        with self.connection.cursor() as cursor:
-            for key in keys:
-                cursor.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 7001))", [key])
-
-    def listener(self, channel: str) -> PostgreSQLListener:
-        # LISTEN needs a session of its own for as long as the worker runs: behind a pooler
-        # in transaction mode, LISTEN_DATABASE names an alias that reaches the server
-        # directly.
-        return PostgreSQLListener(get_settings().listen_database or self.alias, channel)
+def _quote(name: str) -> str:
+    return f'"{name}"'
 
 
 @functools.cache
 def settle_sql() -> str:
-    from durable_jobs.models import Attempt, Job
-
-    def quote_name(name: str) -> str:
-        return f'"{name}"'
-
     def value(source: str) -> str:
         return (
             "o.duration_us * interval '1 microsecond'" if source == "duration_us" else f"o.{source}"
@@ -289,13 +305,13 @@ def settle_sql() -> str:
 
     return SETTLE_SQL.format(
         fields=", ".join(
-            f"(r->>{i})::{kind} AS {name}" for i, (name, kind) in enumerate(SETTLE_COLUMNS)
+            f"(r->>{i})::{kind} AS {name}" for i, (name, kind) in enumerate(outcome_rows.COLUMNS)
         ),
-        job_table=quote_name(Job._meta.db_table),
-        settle_set=SETTLE_SET.format(result="o.result"),
-        attempt_table=quote_name(Attempt._meta.db_table),
-        attempt_columns=", ".join(quote_name(column) for column, _ in ATTEMPT_COLUMNS),
-        attempt_values=", ".join(value(source) for _, source in ATTEMPT_COLUMNS),
+        job_table=_quote(Job._meta.db_table),
+        settle_set=sql.settle_set(),
+        attempt_table=_quote(Attempt._meta.db_table),
+        attempt_columns=", ".join(_quote(column) for column, _ in outcome_rows.ATTEMPT_COLUMNS),
+        attempt_values=", ".join(value(source) for _, source in outcome_rows.ATTEMPT_COLUMNS),
     )
 
 
@@ -305,17 +321,15 @@ def _insert_columns(alias: str) -> tuple[tuple[str, str, Callable[[Any], Any]], 
     how its value goes into the JSON."""
     from django.db import connections
 
-    from durable_jobs.db.base import _insert_fields
-
     out = []
-    for field in _insert_fields():
+    for field in insert_fields():
         kind = field.get_internal_type()
         if kind == "JSONField":
             # Dumped to text first: JSON null would otherwise become a JSON null value,
             # where Django stores None as SQL NULL.
             out.append((field.attname, "jsonb", _json_text))
         elif kind == "DateTimeField":
-            out.append((field.attname, "timestamptz", _timestamp))
+            out.append((field.attname, "timestamptz", outcome_rows.iso_time))
         elif kind == "UUIDField":
             out.append((field.attname, "uuid", _text_or_none))
         elif kind in ("CharField", "TextField"):
@@ -335,10 +349,6 @@ def _json_text(value: Any) -> str | None:
     return None if value is None else json.dumps(value)
 
 
-def _timestamp(value: Any) -> str | None:
-    return None if value is None else value.isoformat()
-
-
 def _text_or_none(value: Any) -> str | None:
     return None if value is None else str(value)
 
@@ -347,14 +357,12 @@ def _text_or_none(value: Any) -> str | None:
 def insert_json_sql(alias: str, *, notify: bool) -> str:
     """INSERT of the Job rows in a JSON array (see ``insert_rows``), in array order; with
     ``notify``, also ``pg_notify(%s, %s)`` once if a row was inserted."""
-    from durable_jobs.db.base import _insert_fields
-
-    names = ", ".join(f'"{field.column}"' for field in _insert_fields())
+    names = ", ".join(_quote(field.column) for field in insert_fields())
     values = ", ".join(
         f"(r->>{i})::{kind}" for i, (_, kind, _) in enumerate(_insert_columns(alias))
     )
     insert = (
-        f'INSERT INTO "durable_jobs_job" ({names}) '
+        f"INSERT INTO {_quote(Job._meta.db_table)} ({names}) "
         f"SELECT {values} FROM jsonb_array_elements(%s::jsonb) WITH ORDINALITY AS e(r, n) "
         'ORDER BY n ON CONFLICT ("idempotency_key") DO NOTHING RETURNING "id", "idempotency_key"'
     )

@@ -11,27 +11,24 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
-import uuid
+import sqlite3
 from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from django.core.checks import CheckMessage, Error, Warning
 from django.db import transaction
 from django.utils import timezone
 
-from durable_jobs.db.base import (
-    ATTEMPT_COLUMNS,
-    KEY_FILTER,
-    LEASE_SET,
-    SETTLE_COLUMNS,
-    SETTLE_SET,
-    Backend,
-    Claim,
-)
+from durable_jobs.conf import get_settings
+from durable_jobs.db import outcome_rows
+from durable_jobs.db.engine import ChooseKeyed, ClaimRequest, Engine, insert_fields
+from durable_jobs.lifecycle import sql
+from durable_jobs.lifecycle.states import CLAIMABLE
+from durable_jobs.models import Attempt, Job
 
 if TYPE_CHECKING:
-    from durable_jobs.models import Job
-    from durable_jobs.states import Settlement
+    from durable_jobs.lifecycle.outcomes import Settlement
 
 # Inside the IMMEDIATE transaction no other connection can write, so selecting the
 # ids and then leasing them cannot race.
@@ -53,9 +50,9 @@ WHERE id IN ({ids})
 RETURNING *
 """
 
-# An acknowledgement batch arrives as one JSON array of rows (SETTLE_COLUMNS), which
-# also keeps clear of SQLite's limit on parameters. The UPDATE is fenced per job by state and lease
-# token; the attempts of the jobs it moved are inserted next, in the same transaction.
+# A batch of outcomes arrives as one JSON array of rows (which also keeps clear of
+# SQLite's limit on parameters). The UPDATE is fenced per job by state and lease token;
+# the attempts of the jobs it moved are inserted next, in the same transaction.
 SETTLE_SQL = """
 UPDATE {job_table} AS job
 SET {settle_set}
@@ -73,9 +70,11 @@ RETURNING job_id, id
 
 #: Milliseconds a connection waits for the write lock before "database is locked".
 BUSY_TIMEOUT_MS = 20_000
+#: The oldest SQLite with ``UPDATE ... RETURNING``.
+MIN_VERSION = (3, 35)
 
 
-class SQLiteBackend(Backend):
+class SQLiteEngine(Engine):
     vendor = "sqlite"
 
     @contextlib.contextmanager
@@ -97,49 +96,71 @@ class SQLiteBackend(Backend):
         finally:
             connection.transaction_mode = previous
 
-    def claim(self, **kwargs: Any) -> list[Job]:
-        if not self.connection.in_atomic_block:
-            # A plain read first: an idle poll must not take the single write lock,
-            # which would block every enqueue in the meantime.
-            from durable_jobs.models import Job
+    # -- enqueue ----------------------------------------------------------------------------
 
-            exists = (
-                Job.objects.using(self.alias)
-                .filter(
-                    queue=kwargs["queue"],
-                    state__in=kwargs["sources"],
-                    available_at__lte=timezone.now(),
-                )
-                .exists()
-            )
-            if not exists:
-                return []
-        return super().claim(**kwargs)
-
-    def claim_rows(self, claim: Claim, *, guarded: bool) -> list[Job]:
-
-        parts = self.claim_sql_parts(claim, guarded=guarded)
-        params = self.claim_params(claim)
-        pick = PICK_SQL.format(**parts, key_filter=KEY_FILTER.format(**parts))
+    def insert_job(self, job: Job, *, notify: bool) -> int | None:
         with self.connection.cursor() as cursor:
-            cursor.execute(pick, params)
-            rows = cursor.fetchall()
-        ids = [pk for pk, key, _ in rows if not key]
-        keyed = [(pk, key, limit or 1) for pk, key, limit in rows if key]
+            cursor.execute(self.insert_sql(), self.insert_values(job))
+            row = cursor.fetchone()
+        return None if row is None else int(row[0])
+
+    def insert_rows(self, jobs: Sequence[Job]) -> list[tuple[Any, ...]]:
+        params: list[Any] = []
+        for job in jobs:
+            params += self.insert_values(job)
+        with self.connection.cursor() as cursor:
+            cursor.execute(self.insert_sql(rows=len(jobs)), params)
+            return cursor.fetchall()
+
+    def rows_per_insert(self) -> int:
+        max_params = self.connection.features.max_query_params or 999
+        return max(1, min(500, max_params // len(insert_fields())))
+
+    def notify(self, queues: Sequence[str]) -> None:
+        pass  # workers in other processes read the change counter instead
+
+    # -- claim ------------------------------------------------------------------------------
+
+    def may_claim(self, queue: str) -> bool:
+        if self.connection.in_atomic_block:
+            return True  # the caller's transaction holds (or will take) the lock anyway
+        # A plain read first: an idle poll must not take the single write lock, which
+        # would block every enqueue in the meantime.
+        return (
+            Job.objects.using(self.alias)
+            .filter(queue=queue, state__in=sorted(CLAIMABLE), available_at__lte=timezone.now())
+            .exists()
+        )
+
+    def claim(
+        self, request: ClaimRequest, *, guarded: bool, choose_keyed: ChooseKeyed
+    ) -> list[Job]:
+        parts = self.claim_parts(request, guarded=guarded)
+        params = self.claim_params(request)
+        with self.connection.cursor() as cursor:
+            cursor.execute(PICK_SQL.format(**parts), params)
+            picked = cursor.fetchall()
+        ids = [pk for pk, key, _ in picked if not key]
+        keyed = [(pk, key, limit or 1) for pk, key, limit in picked if key]
         if keyed:
-            ids += self.choose_keyed(keyed)
+            ids += choose_keyed(keyed)
         if not ids:
             return []
         id_params = {f"id{i}": pk for i, pk in enumerate(ids)}
         lease_sql = LEASE_SQL.format(
             table=parts["table"],
-            lease_set=LEASE_SET.format(alias="", target_like=parts["target_like"]),
+            lease_set=sql.lease_set(""),
             ids=", ".join(f"%({k})s" for k in id_params),
         )
         return self.fetch_jobs(lease_sql, {**params, **id_params})
 
+    def lock_keys(self, keys: Sequence[str]) -> None:
+        pass  # the claim's write transaction already excludes every other claimer
+
+    # -- outcomes ---------------------------------------------------------------------------
+
     def settle(self, settlements: Sequence[Settlement]) -> list[bool]:
-        rows = self.settlement_rows(settlements)
+        rows = outcome_rows.encode(settlements, self._json_time(), _token_hex)
         settle, record = settle_sql()
         with self.write_transaction(savepoint=False), self.connection.cursor() as cursor:
             cursor.execute(settle, [rows])
@@ -149,16 +170,9 @@ class SQLiteBackend(Backend):
                 # The attempts of the jobs that moved, and only theirs.
                 cursor.execute(record, [rows, json.dumps(sorted(moved))])
                 attempt_ids = dict(cursor.fetchall())
-        return self.mark_settled(settlements, attempt_ids)
+        return outcome_rows.mark_written(settlements, attempt_ids, self.alias)
 
-    def change_counter(self) -> int | None:
-        # Changes when any other connection, in any process, commits to the file; reading
-        # it costs no I/O (in WAL mode it is in the shared-memory index).
-        with self.connection.cursor() as cursor:
-            cursor.execute("PRAGMA data_version")
-            return int(cursor.fetchone()[0])
-
-    def json_time_function(self) -> Callable[[datetime | None], str | None]:
+    def _json_time(self) -> Callable[[datetime | None], str | None]:
         # As Django stores it (DatabaseOperations.adapt_datetimefield_value): naive text in
         # the connection's time zone (UTC unless DATABASES sets TIME_ZONE).
         zone = self.connection.timezone
@@ -168,27 +182,64 @@ class SQLiteBackend(Backend):
 
         return json_time
 
-    def json_token(self, value: uuid.UUID) -> str:
-        return value.hex
+    # -- wake-ups ---------------------------------------------------------------------------
+
+    def listener(self, channel: str) -> None:
+        return None  # no notifications: idle workers read the change counter
+
+    def change_counter(self) -> int | None:
+        # Changes when any other connection, in any process, commits to the file; reading
+        # it costs no I/O (in WAL mode it is in the shared-memory index).
+        with self.connection.cursor() as cursor:
+            cursor.execute("PRAGMA data_version")
+            return int(cursor.fetchone()[0])
+
+    # -- checks -----------------------------------------------------------------------------
+
+    def check(self) -> list[CheckMessage]:
+        messages: list[CheckMessage] = []
+        if sqlite3.sqlite_version_info < MIN_VERSION:
+            messages.append(
+                Error(
+                    f"SQLite {sqlite3.sqlite_version} is too old: durable_jobs needs 3.35 or "
+                    "newer (UPDATE ... RETURNING).",
+                    hint="Use a Python built against a newer SQLite, or PostgreSQL.",
+                    id="durable_jobs.E008",
+                )
+            )
+        mode = (self.connection.settings_dict.get("OPTIONS") or {}).get("transaction_mode")
+        if (mode or "").upper() != "IMMEDIATE":
+            messages.append(
+                Warning(
+                    f"SQLite database {self.alias!r} starts transactions in DEFERRED mode; an "
+                    "enqueue inside transaction.atomic() may fail with 'database is locked' "
+                    "while a worker writes.",
+                    hint=f"Set DATABASES[{self.alias!r}]['OPTIONS']['transaction_mode'] = "
+                    "'IMMEDIATE'.",
+                    id="durable_jobs.W001",
+                )
+            )
+        return messages
+
+
+def _token_hex(value: Any) -> str:
+    return str(value.hex)
 
 
 @functools.cache
 def settle_sql() -> tuple[str, str]:
     """The UPDATE of the jobs and the INSERT of their attempts."""
-    from durable_jobs.models import Attempt, Job
-
     fields = ", ".join(
-        f"json_extract(value, '$[{i}]') AS {name}" for i, (name, _) in enumerate(SETTLE_COLUMNS)
+        f"json_extract(value, '$[{i}]') AS {name}"
+        for i, (name, _) in enumerate(outcome_rows.COLUMNS)
     )
     settle = SETTLE_SQL.format(
-        job_table=f'"{Job._meta.db_table}"',
-        settle_set=SETTLE_SET.format(result="o.result"),
-        fields=fields,
+        job_table=f'"{Job._meta.db_table}"', settle_set=sql.settle_set(), fields=fields
     )
     record = RECORD_SQL.format(
         attempt_table=f'"{Attempt._meta.db_table}"',
-        attempt_columns=", ".join(f'"{column}"' for column, _ in ATTEMPT_COLUMNS),
-        attempt_values=", ".join(f"o.{source}" for _, source in ATTEMPT_COLUMNS),
+        attempt_columns=", ".join(f'"{column}"' for column, _ in outcome_rows.ATTEMPT_COLUMNS),
+        attempt_values=", ".join(f"o.{source}" for _, source in outcome_rows.ATTEMPT_COLUMNS),
         fields=fields,
     )
     return settle, record
@@ -198,8 +249,6 @@ def configure_connection(sender: Any, connection: Any, **kwargs: Any) -> None:
     """``connection_created`` hook: WAL mode and a generous busy timeout for SQLite."""
     if connection.vendor != "sqlite":
         return
-    from durable_jobs.conf import get_settings
-
     with connection.cursor() as cursor:
         cursor.execute("PRAGMA busy_timeout")
         # Keep a longer timeout the project configured ("OPTIONS": {"timeout": ...}).

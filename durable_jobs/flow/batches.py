@@ -25,12 +25,12 @@ from django.db.models import Count
 from django.utils import timezone
 
 from durable_jobs import registry
-from durable_jobs.db import backend_for
+from durable_jobs.db import engine_for
 from durable_jobs.exceptions import DurableJobsError, EnqueueError
 from durable_jobs.handlers import EnqueueOptions, PreparedJob
+from durable_jobs.lifecycle.states import FINAL, UNFINISHED, State
 from durable_jobs.models import Batch as BatchRow
 from durable_jobs.models import Job
-from durable_jobs.states import FINAL, UNFINISHED, State
 
 logger = logging.getLogger("durable_jobs")
 
@@ -100,22 +100,22 @@ class Batch:
         from durable_jobs.enqueueing import insert_many
 
         prepared = list(jobs)
-        backend = backend_for(self.using)
+        engine = engine_for(self.using)
         callback = self.on_complete
-        with transaction.atomic(using=backend.alias):
-            row = BatchRow.objects.using(backend.alias).create(
+        with transaction.atomic(using=engine.alias):
+            row = BatchRow.objects.using(engine.alias).create(
                 name=self.name,
                 callback_name=callback.handler.name if callback else "",
                 callback_payload=callback.payload if callback else {},
                 callback_options=_stored_options(callback.options) if callback else {},
                 meta=self.meta,
             )
-            _, created = insert_many(prepared, using=backend.alias, batch_id=row.pk)
+            _, created = insert_many(prepared, using=engine.alias, batch_id=row.pk)
             row.total = created
             row.save(update_fields=["total"])
             if created == 0:
                 transaction.on_commit(
-                    lambda: finish_ready([row.pk], using=backend.alias), using=backend.alias
+                    lambda: finish_ready([row.pk], using=engine.alias), using=engine.alias
                 )
         return row
 
@@ -155,14 +155,14 @@ def _finish(batch_id: int, *, using: str | None) -> bool:
     if row is None:
         return False
     counts = {state: n for state, n in progress(row).items() if state in FINAL}
-    backend = backend_for(using)
+    engine = engine_for(using)
     callback_id = None
-    with transaction.atomic(using=backend.alias):
+    with transaction.atomic(using=engine.alias):
         if row.callback_name:
             info = {"id": row.pk, "name": row.name, "total": row.total, "counts": counts}
-            callback_id = _enqueue_callback(row, info, using=backend.alias).pk
+            callback_id = _enqueue_callback(row, info, using=engine.alias).pk
         done = (
-            BatchRow.objects.using(backend.alias)
+            BatchRow.objects.using(engine.alias)
             .filter(pk=batch_id, finished_at__isnull=True)
             .update(finished_at=timezone.now(), counts=counts, callback_job_id=callback_id)
         )

@@ -22,10 +22,10 @@ from collections.abc import Iterable, Mapping
 from django.utils import timezone
 
 from durable_jobs.conf import get_settings
-from durable_jobs.db import backend_for
+from durable_jobs.db import engine_for
 from durable_jobs.flow.rates import parse_rate
+from durable_jobs.lifecycle.states import CLAIMABLE
 from durable_jobs.models import Job, Node, Queue
-from durable_jobs.states import CLAIMABLE
 
 #: ``set_limits`` leaves a limit alone when given this.
 UNCHANGED = object()
@@ -152,11 +152,11 @@ def serving_nodes(
 
 def _set_paused(names: list[str], *, paused: bool, using: str | None) -> list[str]:
     """Set ``paused`` on ``names`` (creating missing rows); return those that changed."""
-    backend = backend_for(using)
+    engine = engine_for(using)
     now = timezone.now()
-    with backend.write_transaction():
-        ensure(names, using=backend.alias)
-        rows = Queue.objects.using(backend.alias).filter(name__in=names, paused=not paused)
+    with engine.write_transaction():
+        ensure(names, using=engine.alias)
+        rows = Queue.objects.using(engine.alias).filter(name__in=names, paused=not paused)
         changed = sorted(rows.values_list("name", flat=True))
         rows.update(paused=paused, paused_at=now if paused else None, updated_at=now)
     return changed

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from durable_jobs.exceptions import EnqueueError
-from durable_jobs.states import UNFINISHED, State
+from durable_jobs.lifecycle.states import UNFINISHED, State
 
 
 @dataclass(frozen=True)

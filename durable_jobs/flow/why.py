@@ -15,8 +15,8 @@ from django.utils import timezone
 
 from durable_jobs.flow import rates
 from durable_jobs.flow.queues import serving_nodes
+from durable_jobs.lifecycle.states import CLAIMABLE, State
 from durable_jobs.models import Job, Queue
-from durable_jobs.states import CLAIMABLE, State
 
 #: Jobs ahead in line are counted up to this many, to keep the check bounded.
 AHEAD_COUNT_CAP = 10_000

@@ -27,16 +27,16 @@ from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
 from durable_jobs import registry
-from durable_jobs.db import backend_for
+from durable_jobs.db import engine_for
 from durable_jobs.enqueueing import insert_or_get
 from durable_jobs.exceptions import EnqueueError, UnknownJob
 from durable_jobs.handlers import EnqueueOptions, JobHandler
 from durable_jobs.http import throttle
 from durable_jobs.http.arguments import NON_FIELD_ERRORS, Errors, field_errors
 from durable_jobs.insights import iso
+from durable_jobs.lifecycle.states import State
 from durable_jobs.models import Job, JobRequest
 from durable_jobs.redaction import redact
-from durable_jobs.states import State
 
 
 class Refusal(Exception):
@@ -108,11 +108,11 @@ def submit(user: Any, handler: JobHandler, arguments: dict[str, Any], key: str) 
     other arguments (422), or a throttled user (429).
     """
     who = user_key(user)
-    backend = backend_for(None)
-    alias = backend.alias
+    engine = engine_for(None)
+    alias = engine.alias
     arguments_hash = fingerprint(arguments)
-    with backend.write_transaction():
-        backend.lock_keys([f"durable_jobs.request:{who}:{handler.name}"])
+    with engine.write_transaction():
+        engine.lock_keys([f"durable_jobs.request:{who}:{handler.name}"])
         earlier = JobRequest.objects.using(alias).filter(user=who, name=handler.name, key=key)
         previous = earlier.first()
         if previous is not None:
@@ -176,7 +176,7 @@ def requested_job(user: Any, job_id: int) -> Job:
     not exist, so that other users' jobs cannot be told apart from missing ones."""
     if not 1 <= job_id <= MAX_JOB_ID:  # past the column's range: no such job, not a 500
         raise Refusal(404, "not_found", NOT_FOUND)
-    alias = backend_for(None).alias
+    alias = engine_for(None).alias
     mine = JobRequest.objects.using(alias).filter(job=OuterRef("pk"), user=user_key(user))
     job = Job.objects.using(alias).filter(pk=job_id).filter(Exists(mine)).first()
     if job is None:

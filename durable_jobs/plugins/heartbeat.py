@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING
 
 from django.utils import timezone
 
+from durable_jobs.db import engine_for
 from durable_jobs.models import Node
 from durable_jobs.plugins.base import Plugin
-from durable_jobs.states import held
 
 if TYPE_CHECKING:
     from durable_jobs.worker.worker import Worker
@@ -36,8 +36,7 @@ class Heartbeat(Plugin):
             worker.reregister_node()
             return
         worker.refresh_queue_limits()
-        tokens = worker.running_leases()
-        if tokens:
+        leases = worker.running_leases()
+        if leases:
             expires = now + timedelta(seconds=worker.lease_seconds)
-            for token, ids in tokens.items():
-                held(ids, token, using=worker.alias).update(lease_expires_at=expires)
+            engine_for(worker.alias).renew_leases(leases, expires)

@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING
 
 from django.utils import timezone
 
-from durable_jobs.models import Job, Node
+from durable_jobs.conf import get_settings
+from durable_jobs.db import engine_for
 from durable_jobs.plugins.base import Plugin
-from durable_jobs.states import FINAL
 
 if TYPE_CHECKING:
     from durable_jobs.worker.worker import Worker
@@ -50,10 +50,7 @@ def prune(
     """Delete finished jobs (and their attempts) older than ``days``, BATCH per transaction,
     at most MAX_BATCHES transactions (fewer if the monotonic ``deadline`` passes); return
     how many were deleted."""
-    from durable_jobs.conf import get_settings
-    from durable_jobs.db import backend_for
-
-    backend = backend_for(using)
+    engine = engine_for(using)
     days = get_settings().prune_after_days if days is None else days
     deleted = 0
     now = timezone.now()
@@ -62,25 +59,9 @@ def prune(
         for _ in range(MAX_BATCHES):
             if deadline is not None and time.monotonic() >= deadline:
                 break
-            ids = list(
-                Job.objects.using(using)
-                .filter(state__in=sorted(FINAL), finished_at__lt=cutoff)
-                # A batch still open needs its finished jobs to count them.
-                .exclude(batch__isnull=False, batch__finished_at__isnull=True)
-                .values_list("pk", flat=True)[:BATCH]
-            )
-            if not ids:
+            batch = engine.delete_finished(cutoff, BATCH)
+            if batch is None:
                 break
-            with backend.write_transaction():
-                # The conditions again: a job retried by an operator since the read stays.
-                deleted += (
-                    Job.objects.using(backend.alias)
-                    .filter(pk__in=ids, state__in=sorted(FINAL), finished_at__lt=cutoff)
-                    .delete()[1]
-                    .get(Job._meta.label, 0)
-                )
-    with backend.write_transaction():
-        Node.objects.using(backend.alias).filter(
-            last_heartbeat_at__lt=now - FORGET_NODES_AFTER
-        ).delete()
+            deleted += batch
+    engine.forget_nodes(now - FORGET_NODES_AFTER)
     return deleted

@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING
 
 from django.utils import timezone
 
-from durable_jobs import acks
-from durable_jobs.models import Job, Outcome
+from durable_jobs.db import engine_for
+from durable_jobs.lifecycle import outcomes, recording
+from durable_jobs.models import Outcome
 from durable_jobs.plugins.base import Plugin
-from durable_jobs.states import State
 
 if TYPE_CHECKING:
     from durable_jobs.worker.worker import Worker
@@ -41,19 +41,14 @@ class Rescuer(Plugin):
 def rescue_expired(*, using: str | None = None, node: str = "") -> int:
     """Rescue up to one batch of expired leases; return how many were rescued."""
     now = timezone.now()
-    expired = list(
-        Job.objects.using(using)
-        .filter(state=State.LEASED, lease_expires_at__lt=now)
-        .select_related("leased_by")
-        .order_by("lease_expires_at")[:BATCH]
-    )
+    engine = engine_for(using)
     batch = []
-    for job in expired:
-        result = acks.unreported_result(job, now=now, outcome=Outcome.LOST)
-        ack = acks.decide(result, node=job.leased_by.name if job.leased_by else "")
-        ack.event = "rescued"
-        ack.extra = {"rescued_by": node, "next_state": ack.target.value}
-        batch.append(ack)
+    for job in engine.expired_leases(now, BATCH):
+        result = outcomes.unreported(job, now=now, outcome=Outcome.LOST)
+        settlement = outcomes.decide(result, node=job.leased_by.name if job.leased_by else "")
+        settlement.event = "rescued"
+        settlement.extra = {"rescued_by": node, "next_state": settlement.target.value}
+        batch.append(settlement)
     # One statement for the batch; each is still fenced by the token read above, so a job
     # whose worker reported in the meantime, or that another node rescued, is left alone.
-    return sum(acks.apply_many(batch, using=using)) if batch else 0
+    return sum(recording.write_now(batch, using=engine.alias)) if batch else 0

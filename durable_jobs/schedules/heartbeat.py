@@ -20,7 +20,7 @@ from django.utils import timezone
 
 from durable_jobs import registry
 from durable_jobs.conf import get_settings
-from durable_jobs.db import backend_for
+from durable_jobs.db import engine_for
 from durable_jobs.exceptions import DurableJobsError
 from durable_jobs.handlers import EnqueueOptions
 from durable_jobs.models import CatchUp, Job, Schedule
@@ -52,9 +52,9 @@ def occurrence_key(schedule_id: str, scheduled: datetime.datetime) -> str:
 def tick(now: datetime.datetime | None = None, *, using: str | None = None) -> TickResult:
     """Enqueue every due occurrence of every enabled schedule; return what happened."""
     now = now or timezone.now()
-    backend = backend_for(using)
+    engine = engine_for(using)
     result = TickResult()
-    due_now = Schedule.objects.using(backend.alias).filter(
+    due_now = Schedule.objects.using(engine.alias).filter(
         Q(retry_at__isnull=True) | Q(retry_at__lte=now), enabled=True, next_run_at__lte=now
     )
     # A plain read first: most heartbeats find nothing due and need no write lock
@@ -63,7 +63,7 @@ def tick(now: datetime.datetime | None = None, *, using: str | None = None) -> T
         return result
     cursor: tuple[datetime.datetime, str] | None = None
     while True:
-        with backend.write_transaction():
+        with engine.write_transaction():
             due = due_now
             if cursor is not None:
                 # Keyset pagination: a schedule that failed keeps its next_run_at and must
@@ -71,11 +71,11 @@ def tick(now: datetime.datetime | None = None, *, using: str | None = None) -> T
                 due = due.filter(
                     Q(next_run_at__gt=cursor[0]) | Q(next_run_at=cursor[0], pk__gt=cursor[1])
                 )
-            if backend.connection.features.has_select_for_update_skip_locked:
+            if engine.connection.features.has_select_for_update_skip_locked:
                 due = due.select_for_update(skip_locked=True)
             batch = list(due.order_by("next_run_at", "pk")[:BATCH])
             for schedule in batch:
-                run_due(schedule, now, result, using=backend.alias)
+                run_due(schedule, now, result, using=engine.alias)
         if len(batch) < BATCH:
             return result
         last = batch[-1]

@@ -12,7 +12,7 @@ from django.db import IntegrityError, connections, transaction
 from django.db.models import Count, F, Min, Q, Sum
 from django.utils import timezone
 
-from durable_jobs.db import backend_for
+from durable_jobs.db import engine_for
 from durable_jobs.exceptions import DurableJobsError
 from durable_jobs.handlers import JobHandler
 from durable_jobs.models import CatchUp, Job, Schedule
@@ -44,7 +44,7 @@ class Scheduler:
         using: str | None = None,
         clock: Callable[[], datetime.datetime] | None = None,
     ) -> None:
-        self.alias = backend_for(using).alias
+        self.alias = engine_for(using).alias
         self.clock = clock or timezone.now
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
@@ -115,8 +115,8 @@ class Scheduler:
             "metadata": spec.metadata,
             "declared_in_settings": declared_in_settings,
         }
-        backend = backend_for(self.alias)
-        with backend.write_transaction():
+        engine = engine_for(self.alias)
+        with engine.write_transaction():
             # Locked, and saved field by field below: a heartbeat advancing this schedule
             # at the same time must not have its next_run_at or counters written back.
             existing = (

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from durable_jobs.conf import get_settings
-from durable_jobs.db import backend_for
+from durable_jobs.db import engine_for
 from durable_jobs.models import Schedule
 from durable_jobs.schedules.definitions import spec_from_settings
 from durable_jobs.schedules.scheduler import Scheduler
@@ -44,6 +44,6 @@ def sync_schedules(*, using: str | None = None) -> SyncResult:
         .exclude(pk__in=[s.id for s in specs])
     )
     result.removed = sorted(gone.values_list("pk", flat=True))
-    with backend_for(scheduler.alias).write_transaction():
+    with engine_for(scheduler.alias).write_transaction():
         gone.delete()
     return result

@@ -12,13 +12,15 @@ from typing import Any
 
 from django.utils import timezone
 
-from durable_jobs import acks
 from durable_jobs.context import JobContext
 from durable_jobs.flow import queues as flow_queues
 from durable_jobs.handlers import JobHandler
+from durable_jobs.lifecycle import recording
+from durable_jobs.lifecycle.outcomes import decide, unreported
+from durable_jobs.lifecycle.states import CLAIMABLE, State
+from durable_jobs.lifecycle.transitions import claim
 from durable_jobs.logging import JobLoggerAdapter, job_fields
 from durable_jobs.models import Job, Outcome
-from durable_jobs.states import CLAIMABLE, State, claim
 from durable_jobs.worker.execute import call_handler, execute
 
 __all__ = ["assert_enqueued", "drain", "enqueued_jobs", "perform", "refute_enqueued"]
@@ -63,13 +65,11 @@ def drain(
                 except BaseException as exc:
                     # SystemExit, KeyboardInterrupt, ... from the handler: a worker records
                     # them as the job's failure; so does drain, rather than leave it leased.
-                    result = acks.unreported_result(
-                        job, now=timezone.now(), outcome=Outcome.FAILED, error=exc
-                    )
+                    result = unreported(job, now=timezone.now(), outcome=Outcome.FAILED, error=exc)
                     # Here, unlike in a worker's pool thread, it may be the developer's
                     # Ctrl-C: record it, then let it stop the drain.
                     stop = exc if isinstance(exc, KeyboardInterrupt) else None
-                acks.apply(acks.decide(result, node=TEST_NODE))
+                recording.write_now([decide(result, node=TEST_NODE)])
                 outcomes[result.outcome.value] += 1
                 if stop is not None:
                     raise stop

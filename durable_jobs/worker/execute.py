@@ -1,16 +1,15 @@
 """Running one leased job's handler and classifying how it ended.
 
 Nothing here writes to the database except through the handler itself; the outcome
-is returned as a :class:`RunResult` for :mod:`durable_jobs.acks` to record.
+is returned as a :class:`~durable_jobs.lifecycle.outcomes.RunResult`, which
+:func:`durable_jobs.lifecycle.outcomes.decide` turns into the job's next state.
 """
 
 from __future__ import annotations
 
 import asyncio
 import datetime
-import json
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
 from django.utils import timezone
@@ -18,25 +17,11 @@ from django.utils import timezone
 from durable_jobs import registry
 from durable_jobs.context import JobContext
 from durable_jobs.exceptions import Cancel, Discard, JobTimeout, PayloadMismatch, Snooze, UnknownJob
+from durable_jobs.lifecycle.errors import storable
+from durable_jobs.lifecycle.outcomes import RunResult
 from durable_jobs.logging import JobLoggerAdapter, job_fields
 from durable_jobs.models import Job, Outcome
-from durable_jobs.payload import _first_unstorable, bind_stored
-
-
-@dataclass
-class RunResult:
-    job: Job
-    outcome: Outcome
-    started_at: datetime.datetime
-    finished_at: datetime.datetime
-    value: Any = None
-    error: BaseException | None = None
-    snooze_seconds: float = 0.0
-    log_lines: list[str] = field(default_factory=list)
-
-    @property
-    def duration(self) -> datetime.timedelta:
-        return self.finished_at - self.started_at
+from durable_jobs.payload import bind_stored
 
 
 def execute(job: Job, *, node: str = "", lease_seconds: float = 60.0) -> RunResult:
@@ -54,7 +39,7 @@ def execute(job: Job, *, node: str = "", lease_seconds: float = 60.0) -> RunResu
             value = call_handler(handler, job.timeout, context, kwargs)
         else:
             value = call_handler(handler, job.timeout, None, kwargs)
-        value = _storable(value)
+        value = storable(value)
     except Snooze as exc:
         outcome, error, snooze = Outcome.SNOOZED, exc, exc.seconds
     except Cancel as exc:
@@ -99,27 +84,3 @@ async def _call_async(func: Any, timeout: float | None, args: tuple, kwargs: dic
         if scope.expired():
             raise JobTimeout(f"the job ran longer than its timeout of {timeout:g}s") from None
         raise
-
-
-def _storable(value: Any) -> Any:
-    """The handler's return value if JSON keeps it (in every database), else its text.
-
-    Never raises: the handler has already run, so a result that cannot be stored must
-    not turn its success into a failure (and a retry that repeats its side effects).
-    """
-    try:
-        # The payload's rules: text PostgreSQL refuses (NUL, lone surrogates) and nesting
-        # too deep to show are kept as text too, the same on every database.
-        if _first_unstorable(value, "result") is None and (
-            json.loads(json.dumps(value, allow_nan=False)) == value
-        ):
-            return value
-    except (TypeError, ValueError, RecursionError):
-        pass
-    try:
-        text = repr(value)
-    except Exception as exc:  # RecursionError for deep values, or a __repr__ that fails
-        text = f"<{type(value).__name__} that could not be shown: {type(exc).__name__}>"
-    # A custom __repr__ may return NUL or lone surrogates itself: escape them.
-    text = text[:10_000].encode("utf-8", "backslashreplace").decode("utf-8")
-    return {"repr": text.replace("\x00", "\\x00")}

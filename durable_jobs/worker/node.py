@@ -46,9 +46,9 @@ def register_node(
                     f"{existing.last_heartbeat_at:%H:%M:%S} UTC). Choose another --name, or "
                     "omit it for a generated one."
                 )
-            from durable_jobs.db import backend_for
+            from durable_jobs.db import engine_for
 
-            with backend_for(using).write_transaction():
+            with engine_for(using).write_transaction():
                 existing.delete()
     return Node.objects.using(using).create(
         name=name or synthetic_name(),

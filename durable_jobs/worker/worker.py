@@ -27,19 +27,21 @@ from django.db import DataError, IntegrityError, close_old_connections, connecti
 from django.db import Error as DatabaseError
 from django.utils import timezone
 
-from durable_jobs import acks, wakeup
+from durable_jobs import wakeup
 from durable_jobs.backoff import MAX_DELAY_SECONDS
 from durable_jobs.conf import get_settings
-from durable_jobs.db import backend_for
+from durable_jobs.db import engine_for
 from durable_jobs.db.upkeep import refresh_thread_connections
 from durable_jobs.exceptions import ImproperlyConfiguredQueue, JobTimeout
 from durable_jobs.flow import queues as flow_queues
+from durable_jobs.lifecycle import outcomes, recording
+from durable_jobs.lifecycle.outcomes import RunResult, Settlement
+from durable_jobs.lifecycle.transitions import claim
 from durable_jobs.logging import log_event
 from durable_jobs.models import Job, Node, Outcome
 from durable_jobs.payload import text_problem
 from durable_jobs.plugins import Heartbeat, Plugin, default_plugins
-from durable_jobs.states import claim
-from durable_jobs.worker.execute import RunResult, execute
+from durable_jobs.worker.execute import execute
 from durable_jobs.worker.node import register_node
 from durable_jobs.worker.pool import Interrupted, ThreadPool
 
@@ -242,7 +244,7 @@ class Worker:
         # The schedule heartbeat runs before the first claim, so a burst worker also
         # processes the occurrences that are due when it starts.
         self.plugins = list(default_plugins(scheduler=scheduler) if plugins is None else plugins)
-        self.alias = backend_for(using).alias
+        self.alias = engine_for(using).alias
         self.requested_name = name
         self.stats = WorkerStats()
         self.node: Node
@@ -261,7 +263,7 @@ class Worker:
         self._results: queue.SimpleQueue[tuple[Running, RunResult | None]] = queue.SimpleQueue()
         self._running: dict[int, Running] = {}
         self._per_queue: collections.Counter[str] = collections.Counter()
-        self._pending: list[acks.Ack] = []
+        self._pending: list[Settlement] = []
         #: When the oldest unwritten outcome was collected (monotonic), for ACK_FLUSH_SECONDS.
         self._pending_since = 0.0
         self._plugin_due: dict[int, float] = {}
@@ -349,13 +351,13 @@ class Worker:
             sum(self.queues.values()), work=self._work, report=self._report, name=self.node.name
         )
         wakeup.subscribe(self._wake)
-        listener = backend_for(self.alias).listener(get_settings().notify_channel)
+        listener = engine_for(self.alias).listener(get_settings().notify_channel)
         if listener is not None and not self.burst:
             self._listener_thread = threading.Thread(
                 target=self._listen, args=(listener,), name=f"{self.node.name}-listen", daemon=True
             )
             self._listener_thread.start()
-        self._changes = backend_for(self.alias).change_counter()
+        self._changes = engine_for(self.alias).change_counter()
         now = time.monotonic()
         self._plugin_due = {id(p): now for p in self.plugins}
         logger.info(
@@ -402,7 +404,7 @@ class Worker:
         due, see CHANGE_CHECK_MIN). Always False where the database cannot tell."""
         if self._changes is None or time.monotonic() < self._next_change_check:
             return False
-        changes = backend_for(self.alias).change_counter()
+        changes = engine_for(self.alias).change_counter()
         changed = changes != self._changes
         self._changes = changes
         gap = CHANGE_CHECK_MIN if changed else min(self._change_check_gap * 2, CHANGE_CHECK_MAX)
@@ -433,8 +435,8 @@ class Worker:
             return self._claim()
         free = self._free_slots()
         try:
-            with backend_for(self.alias).write_transaction(savepoint=False):
-                written = acks.record(batch, using=self.alias)
+            with engine_for(self.alias).write_transaction(savepoint=False):
+                written = recording.write(batch, using=self.alias)
                 leased = self._lease(free)
         except (DataError, IntegrityError):
             # An outcome the database refuses: write them one at a time, then claim in a
@@ -510,7 +512,7 @@ class Worker:
             # itself (signals only reach the main thread): in a pool thread it can stop
             # nothing but this job, so it is that job's failure. Escaping, it would end the
             # pool thread and leave the job leased, its lease renewed by every heartbeat.
-            return acks.unreported_result(
+            return outcomes.unreported(
                 running.job, now=timezone.now(), outcome=Outcome.FAILED, error=exc
             )
         finally:
@@ -534,7 +536,7 @@ class Worker:
                 # Only an interruption yields no result, and the loop resolves a job before
                 # interrupting it; record a failure rather than ever leave the job leased.
                 now = timezone.now()
-                result = acks.unreported_result(running.job, now=now, outcome=Outcome.LOST)
+                result = outcomes.unreported(running.job, now=now, outcome=Outcome.LOST)
             self._finish(running, result)
 
     def _finish(self, running: Running, result: RunResult) -> None:
@@ -542,7 +544,7 @@ class Worker:
         self.stats.finished += 1
         if not self._pending:
             self._pending_since = time.monotonic()
-        self._pending.append(acks.decide(result, node=self.node.name))
+        self._pending.append(outcomes.decide(result, node=self.node.name))
 
     def _flush_acks(self) -> bool:
         """Write the waiting outcomes (ACK_BATCH per statement); True if there were any."""
@@ -557,7 +559,7 @@ class Worker:
         try:
             # The batch in one statement (on SQLite, one turn of the write lock): one
             # commit for the batch instead of one per job.
-            written = acks.record(batch, using=self.alias)
+            written = recording.write(batch, using=self.alias)
         except (DataError, IntegrityError):
             pass  # one of them is unwritable: find it by writing them one at a time
         else:
@@ -567,27 +569,29 @@ class Worker:
         for _ in range(size):
             ack = self._pending[0]
             try:
-                self._count(ack, acks.apply(ack, using=self.alias))
+                self._count(ack, recording.write_now([ack], using=self.alias)[0])
             except (DataError, IntegrityError) as exc:
                 # Not transient: the same write would fail forever. Record the outcome
                 # without the handler's data; if even that fails, leave the job to rescue.
                 logger.error("could not record job %s's outcome in full: %s", ack.job.pk, exc)
                 try:
-                    self._count(ack, acks.apply(acks.stripped(ack), using=self.alias))
+                    self._count(
+                        ack, recording.write_now([outcomes.stripped(ack)], using=self.alias)[0]
+                    )
                 except (DataError, IntegrityError) as again:
                     logger.error(
                         "dropped job %s's outcome (%s); it will be rescued", ack.job.pk, again
                     )
             self._pending.pop(0)
 
-    def _written(self, batch: Sequence[acks.Ack], written: Sequence[bool]) -> None:
+    def _written(self, batch: Sequence[Settlement], written: Sequence[bool]) -> None:
         """After a batch of outcomes is committed."""
         self.stats.flushes += 1
-        acks.announce(batch, written, using=self.alias)
+        recording.after_commit(batch, written, using=self.alias)
         for ack, ok in zip(batch, written, strict=True):
             self._count(ack, ok)
 
-    def _count(self, ack: acks.Ack, written: bool) -> None:
+    def _count(self, ack: Settlement, written: bool) -> None:
         if written:
             self.stats.outcomes[ack.attempt.outcome] += 1
         else:
@@ -600,7 +604,7 @@ class Worker:
             if running.resolved or running.deadline is None or now < running.deadline:
                 continue
             job = running.job
-            result = acks.unreported_result(
+            result = outcomes.unreported(
                 job,
                 now=timezone.now(),
                 outcome=Outcome.TIMED_OUT,
@@ -747,7 +751,7 @@ class Worker:
         )
 
     def _delete_node(self) -> None:
-        with backend_for(self.alias).write_transaction():
+        with engine_for(self.alias).write_transaction():
             Node.objects.using(self.alias).filter(pk=self.node.pk).delete()
 
     def _mark_stopping(self) -> None:
@@ -768,7 +772,7 @@ class Worker:
         for running in list(self._running.values()):
             if running.resolved:
                 continue
-            result = acks.unreported_result(running.job, now=now, outcome=Outcome.INTERRUPTED)
+            result = outcomes.unreported(running.job, now=now, outcome=Outcome.INTERRUPTED)
             self._finish(running, result)
             assert self._pool is not None
             self._pool.interrupt(running)

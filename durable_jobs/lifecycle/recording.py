@@ -1,0 +1,104 @@
+"""Recording decided outcomes: the fenced write, then what follows its commit.
+
+:func:`write` records settlements in the caller's transaction (the worker's loop writes
+them together with its next claim); :func:`after_commit` then updates the in-memory
+jobs, sends :data:`~durable_jobs.signals.job_finished`, logs each lifecycle event and
+finishes the batches whose last job this was. :func:`write_now` does both, for callers
+with no transaction of their own (the rescuer, ``testing.drain``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+
+from django.db import DatabaseError
+
+from durable_jobs.flow.batches import finish_ready
+from durable_jobs.lifecycle.outcomes import Settlement
+from durable_jobs.lifecycle.states import FINAL
+from durable_jobs.lifecycle.transitions import settle
+from durable_jobs.logging import log_event
+from durable_jobs.models import Job
+from durable_jobs.signals import job_finished
+
+logger = logging.getLogger("durable_jobs")
+
+EVENT_LEVELS = {
+    "completed": logging.INFO,
+    "retried": logging.WARNING,
+    "dead": logging.ERROR,
+    "cancelled": logging.INFO,
+    "snoozed": logging.INFO,
+    "handed back": logging.WARNING,
+    "rescued": logging.WARNING,
+}
+
+
+def write(settlements: Sequence[Settlement], *, using: str | None = None) -> list[bool]:
+    """Write the outcomes (in the caller's transaction, if there is one); return which were
+    written. All or nothing: if the database refuses one, the error propagates and none
+    is written. Call :func:`after_commit` once they are committed."""
+    return settle(settlements, using=using)
+
+
+def write_now(settlements: Sequence[Settlement], *, using: str | None = None) -> list[bool]:
+    """:func:`write`, then :func:`after_commit`; return which were written."""
+    written = write(settlements, using=using)
+    after_commit(settlements, written, using=using)
+    return written
+
+
+def after_commit(
+    settlements: Sequence[Settlement], written: Sequence[bool], *, using: str | None = None
+) -> None:
+    """After the outcomes' commit: log them, send ``job_finished``, and finish the batches
+    whose last job this was."""
+    for settlement, ok in zip(settlements, written, strict=True):
+        _report(settlement, ok)
+    finish_batches(
+        (
+            s.job.batch_id
+            for s, ok in zip(settlements, written, strict=True)
+            if ok and s.target in FINAL and s.job.batch_id
+        ),
+        using=using,
+    )
+
+
+def finish_batches(batch_ids: Iterable[int], *, using: str | None = None) -> None:
+    ids = set(batch_ids)
+    if not ids:
+        return
+    try:
+        finish_ready(ids, using=using)
+    except DatabaseError as exc:
+        # The outcomes are committed; the batch sweeper finishes these batches later.
+        logger.warning("could not check batches %s for completion: %s", sorted(ids), exc)
+
+
+def _report(settlement: Settlement, written: bool) -> None:
+    job, attempt = settlement.job, settlement.attempt
+    if not written:
+        # The job moved on without this worker: its lease expired and it was rescued,
+        # or an operator cancelled it. Nothing was written.
+        log_event(logging.WARNING, "rejected", job, node=attempt.node, outcome=attempt.outcome)
+        return
+    job.state = settlement.target
+    if settlement.target in FINAL:
+        # The outcome is committed; a failing receiver must not make it look otherwise.
+        for receiver, response in job_finished.send_robust(sender=Job, job=job, attempt=attempt):
+            if isinstance(response, Exception):
+                logger.error(
+                    "job_finished receiver %r failed: %s", receiver, response, exc_info=response
+                )
+    log_event(
+        EVENT_LEVELS.get(settlement.event, logging.INFO),
+        settlement.event,
+        job,
+        node=attempt.node,
+        duration_ms=round(attempt.duration.total_seconds() * 1000, 3),
+        error=settlement.error,
+        outcome=attempt.outcome,
+        **settlement.extra,
+    )
