@@ -1,10 +1,13 @@
-"""How long a failed job waits before its next attempt."""
+"""How long to wait after a failure: a job's next attempt, and the worker's own retries."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections.abc import Callable, Sequence
 from typing import Any
+
+from durable_jobs.conf import get_settings
 
 #: ``backoff(attempt) -> seconds``; ``attempt`` is the number of the attempt that failed (1-based).
 Backoff = Callable[[int], float]
@@ -13,16 +16,29 @@ JITTER = 0.25
 #: The longest retry delay or snooze a job can be given (a year). Longer ones, and ``inf``,
 #: would overflow the datetime arithmetic that records them, in the worker's loop.
 MAX_DELAY_SECONDS = 365 * 86400.0
+#: Doublings past this change nothing (the cap is reached long before) and would overflow.
+_MAX_DOUBLINGS = 64
+
+
+@dataclasses.dataclass(frozen=True)
+class Doubling:
+    """``base`` seconds after the first failure, doubling after each further one, up to
+    ``cap``. The one exponential backoff: jobs' retries (:func:`exponential`), the worker
+    loop's and its listener's reconnections, and a schedule's failed enqueues."""
+
+    base: float
+    cap: float
+
+    def delay(self, failures: int) -> float:
+        """The wait after ``failures`` failures in a row (1 for the first)."""
+        doublings = min(max(failures - 1, 0), _MAX_DOUBLINGS)
+        return min(self.base * 2.0**doublings, self.cap)
 
 
 def exponential(attempt: int) -> float:
     """base * 2**(attempt-1), capped, plus 0-25 % random jitter so retries don't stampede."""
-    from durable_jobs.conf import get_settings
-
     settings = get_settings()
-    delay = min(
-        settings.backoff_base_seconds * 2 ** max(attempt - 1, 0), settings.backoff_max_seconds
-    )
+    delay = Doubling(settings.backoff_base_seconds, settings.backoff_max_seconds).delay(attempt)
     return delay * (1 + random.uniform(0, JITTER))
 
 

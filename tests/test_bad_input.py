@@ -44,7 +44,8 @@ from durable_jobs.registry import all_handlers, get_handler
 from durable_jobs.schedules.expressions import InvalidSchedule, parse
 from durable_jobs.schedules.scheduler import Scheduler
 from durable_jobs.testing import drain
-from durable_jobs.worker.worker import Worker, parse_queue_spec
+from durable_jobs.worker import Worker
+from durable_jobs.worker.config import parse_queue_spec
 from tests.conftest import command_output
 from tests.testapp import jobs
 

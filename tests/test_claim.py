@@ -11,8 +11,8 @@ from django.db import connections
 from django.utils import timezone
 
 from durable_jobs.lifecycle import outcomes, recording
+from durable_jobs.maintenance.rescuer import rescue_expired
 from durable_jobs.models import Attempt, Job, Node, Outcome
-from durable_jobs.plugins.rescuer import rescue_expired
 from durable_jobs.states import State, claim
 from durable_jobs.worker.execute import execute
 from tests.testapp import jobs

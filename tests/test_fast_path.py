@@ -320,7 +320,7 @@ def test_sqlite_wakes_an_idle_worker_by_its_change_counter(vendor) -> None:
     worker = Worker({"default": 2}, poll_interval=30, scheduler=False)
     # Only the change counter may wake it: not the in-process shortcut.
     thread = worker.start()
-    wakeup.unsubscribe(worker._wake)
+    wakeup.unsubscribe(worker.wake)
     try:
         time.sleep(0.3)  # idle: its checks have backed off
         job = jobs.add.delay(a=1)
@@ -376,7 +376,7 @@ def test_the_pruner_comes_back_at_once_while_it_is_behind(monkeypatch) -> None:
 
     from django.utils import timezone
 
-    from durable_jobs.plugins import pruner
+    from durable_jobs.maintenance import MaintenanceContext, MaintenanceRunner, pruner
 
     monkeypatch.setattr(pruner, "BATCH", 2)
     monkeypatch.setattr(pruner, "MAX_BATCHES", 1)
@@ -384,11 +384,10 @@ def test_the_pruner_comes_back_at_once_while_it_is_behind(monkeypatch) -> None:
         jobs.add.delay(a=i)
     Job.objects.update(state=State.COMPLETED, finished_at=timezone.now() - datetime.timedelta(30))
     plugin = pruner.Pruner()
-    worker = Worker({"default": 1}, scheduler=False, plugins=[plugin])
-    worker._plugin_due = {id(plugin): 0.0}
-    worker._run_plugins()
+    runner = MaintenanceRunner([plugin], MaintenanceContext(connection.alias))
+    runner.run_due()
     assert Job.objects.count() == 4
-    assert worker._plugin_due[id(plugin)] - time.monotonic() <= pruner.BEHIND_INTERVAL
+    assert runner.next_due(plugin) - time.monotonic() <= pruner.BEHIND_INTERVAL
 
 
 def test_an_enqueue_inside_a_transaction_is_not_prepared(vendor) -> None:
@@ -407,7 +406,7 @@ def test_an_enqueue_inside_a_transaction_is_not_prepared(vendor) -> None:
 
 
 def test_the_loop_wake_tells_new_work_from_finished_jobs() -> None:
-    from durable_jobs.worker.worker import LoopWake
+    from durable_jobs.worker.wakeups import LoopWake
 
     wake = LoopWake()
     wake.result_ready()
@@ -433,7 +432,7 @@ def test_the_listener_connects_with_the_listen_database_alias(vendor) -> None:
             assert listener.alias == "direct"
             worker = Worker({"default": 2}, poll_interval=60, scheduler=False)
             thread = worker.start()
-            wakeup.unsubscribe(worker._wake)  # only the notification may wake it
+            wakeup.unsubscribe(worker.wake)  # only the notification may wake it
             try:
                 time.sleep(0.5)  # listening
                 job = jobs.add.delay(a=1)

@@ -20,13 +20,14 @@ from durable_jobs.exceptions import ImproperlyConfiguredQueue
 from durable_jobs.flow import queues, rates
 from durable_jobs.flow.batches import finish_ready
 from durable_jobs.flow.why import explain
+from durable_jobs.maintenance.batch_sweeper import sweep
+from durable_jobs.maintenance.pruner import prune
 from durable_jobs.models import Batch as BatchRow
 from durable_jobs.models import Job, Node, Queue
-from durable_jobs.plugins.batches import sweep
-from durable_jobs.plugins.pruner import prune
 from durable_jobs.states import State, claim
 from durable_jobs.testing import drain
-from durable_jobs.worker.worker import Worker, parse_queue_spec
+from durable_jobs.worker import Worker
+from durable_jobs.worker.config import parse_queue_spec
 from tests.testapp import jobs
 
 pytestmark = pytest.mark.django_db
@@ -180,7 +181,7 @@ def test_a_worker_syncs_declared_limits_and_leaves_undeclared_ones(settings) -> 
     assert rows["default"].rate == "30/1m"
     assert rows["emails"].global_concurrency == 4  # settings do not mention it: kept
     assert rows["webhooks"].rate == "5/2s"
-    worker.refresh_queue_limits()
+    worker.limited_queues = worker.heartbeat.limited_queues()  # as every heartbeat does
     assert worker.limited_queues == {"default", "emails", "webhooks"}
 
 

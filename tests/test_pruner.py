@@ -7,8 +7,8 @@ import datetime
 import pytest
 from django.utils import timezone
 
+from durable_jobs.maintenance.pruner import prune
 from durable_jobs.models import Attempt, Job, Node
-from durable_jobs.plugins.pruner import prune
 from durable_jobs.states import State
 from durable_jobs.testing import drain
 from tests.testapp import jobs

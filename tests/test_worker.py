@@ -44,7 +44,7 @@ def test_postgresql_notify_wakes_a_worker_in_another_process(durable_worker, ven
         pytest.skip("LISTEN/NOTIFY is PostgreSQL's; SQLite workers in other processes poll")
     worker = durable_worker(poll_interval=60)
     # Stop the in-process shortcut: only the database notification can wake it now.
-    wakeup.unsubscribe(worker._wake)
+    wakeup.unsubscribe(worker.wake)
     time.sleep(0.5)  # the listener is connected
     job = jobs.add.delay(a=1)
     start = time.monotonic()

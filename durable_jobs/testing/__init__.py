@@ -15,12 +15,11 @@ from django.utils import timezone
 from durable_jobs.context import JobContext
 from durable_jobs.flow import queues as flow_queues
 from durable_jobs.handlers import JobHandler
-from durable_jobs.lifecycle import recording
-from durable_jobs.lifecycle.outcomes import decide, unreported
+from durable_jobs.lifecycle import outcomes, recording
 from durable_jobs.lifecycle.states import CLAIMABLE, State
 from durable_jobs.lifecycle.transitions import claim
 from durable_jobs.logging import JobLoggerAdapter, job_fields
-from durable_jobs.models import Job, Outcome
+from durable_jobs.models import Job
 from durable_jobs.worker.execute import call_handler, execute
 
 __all__ = ["assert_enqueued", "drain", "enqueued_jobs", "perform", "refute_enqueued"]
@@ -40,8 +39,8 @@ def drain(
     A handler that raises ``SystemExit`` or ``KeyboardInterrupt`` fails its job, as in a
     worker; a ``KeyboardInterrupt`` (which may be Ctrl-C) then also stops the drain.
     """
-    outcomes: collections.Counter[str] = collections.Counter()
-    while sum(outcomes.values()) < limit:
+    counts: collections.Counter[str] = collections.Counter()
+    while sum(counts.values()) < limit:
         waiting = Job.objects.filter(state__in=sorted(CLAIMABLE))
         if queue is not None:
             waiting = waiting.filter(queue=queue)
@@ -55,28 +54,22 @@ def drain(
         limited = flow_queues.limited(queues)
         ran = 0
         for name in queues:
+            # A worker's steps, one job at a time: claim, run, decide, write.
             claimed = claim(
                 queue=name, limit=100, node_id=None, lease_seconds=300, limited=name in limited
             )
             for job in claimed:
-                stop: BaseException | None = None
-                try:
-                    result = execute(job, node=TEST_NODE)
-                except BaseException as exc:
-                    # SystemExit, KeyboardInterrupt, ... from the handler: a worker records
-                    # them as the job's failure; so does drain, rather than leave it leased.
-                    result = unreported(job, now=timezone.now(), outcome=Outcome.FAILED, error=exc)
+                result = execute(job, node=TEST_NODE)
+                recording.write_now([outcomes.decide(result, node=TEST_NODE)])
+                counts[result.outcome.value] += 1
+                if isinstance(result.error, KeyboardInterrupt):
                     # Here, unlike in a worker's pool thread, it may be the developer's
-                    # Ctrl-C: record it, then let it stop the drain.
-                    stop = exc if isinstance(exc, KeyboardInterrupt) else None
-                recording.write_now([decide(result, node=TEST_NODE)])
-                outcomes[result.outcome.value] += 1
-                if stop is not None:
-                    raise stop
+                    # Ctrl-C: recorded as the job's failure, it stops the drain.
+                    raise result.error
             ran += len(claimed)
         if not ran:
             break  # what is left waits on a paused queue, a rate limit or a held key
-    return outcomes
+    return counts
 
 
 def perform(handler: JobHandler, **kwargs: Any) -> Any:

@@ -1,20 +1,10 @@
-"""The worker runtime: the claim/dispatch/acknowledge loop, its thread pool, and nodes."""
+"""The worker runtime: a loop that claims, dispatches and records, over a thread pool.
 
-from __future__ import annotations
+Public: :class:`Worker` and :func:`parse_queues`. The modules of this package are
+internal.
+"""
 
-from typing import TYPE_CHECKING, Any
+from durable_jobs.worker.config import parse_queues
+from durable_jobs.worker.worker import Worker
 
 __all__ = ["Worker", "parse_queues"]
-
-if TYPE_CHECKING:
-    from durable_jobs.worker.worker import Worker, parse_queues
-
-
-def __getattr__(name: str) -> Any:
-    # Lazy, so that modules the worker itself imports (acks, plugins) can import
-    # durable_jobs.worker.execute without importing the worker first.
-    if name in __all__:
-        from durable_jobs.worker import worker
-
-        return getattr(worker, name)
-    raise AttributeError(f"module 'durable_jobs.worker' has no attribute {name!r}")

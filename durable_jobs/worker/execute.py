@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.utils import timezone
 
@@ -22,17 +22,33 @@ from durable_jobs.lifecycle.outcomes import RunResult
 from durable_jobs.logging import JobLoggerAdapter, job_fields
 from durable_jobs.models import Job, Outcome
 from durable_jobs.payload import bind_stored
+from durable_jobs.worker.pool import Interrupted
+
+if TYPE_CHECKING:
+    from durable_jobs.handlers import JobHandler
 
 
-def execute(job: Job, *, node: str = "", lease_seconds: float = 60.0) -> RunResult:
-    """Run ``job``'s handler with its stored payload; never raises for a handler's error."""
+def execute(
+    job: Job,
+    *,
+    node: str = "",
+    lease_seconds: float = 60.0,
+    handler: JobHandler[..., Any] | None = None,
+) -> RunResult:
+    """Run ``job``'s handler (looked up by name unless given) with its stored payload.
+
+    Never raises for what the handler raises: ``SystemExit``, ``KeyboardInterrupt`` and
+    other ``BaseException`` s are the attempt's failure too (in a worker's pool thread
+    they could stop nothing but this job). Only the pool's own :class:`Interrupted`
+    goes through.
+    """
     started_at = timezone.now()
     t0 = time.monotonic()
     adapter = JobLoggerAdapter(job_fields(job, node=node))
     outcome, value, snooze = Outcome.COMPLETED, None, 0.0
     error: BaseException | None = None
     try:
-        handler = registry.get_handler(job.name)
+        handler = handler or registry.get_handler(job.name)
         kwargs = bind_stored(job.name, handler.signature, job.payload)
         if handler.takes_context:
             context = JobContext(job=job, logger=adapter, lease_seconds=lease_seconds)
@@ -51,7 +67,9 @@ def execute(job: Job, *, node: str = "", lease_seconds: float = 60.0) -> RunResu
     except UnknownJob as exc:
         # Possibly a rolling deploy: a node with the handler may pick the retry up.
         outcome, error = Outcome.FAILED, exc
-    except Exception as exc:
+    except Interrupted:
+        raise  # the worker has already recorded this attempt's outcome
+    except BaseException as exc:
         outcome, error = Outcome.FAILED, exc
     elapsed = datetime.timedelta(seconds=time.monotonic() - t0)
     return RunResult(

@@ -217,9 +217,9 @@ def test_a_job_whose_handler_returned_is_not_handed_back_at_shutdown() -> None:
     worker = Worker({"default": 1}, scheduler=False, plugins=[], shutdown_grace=0)
     worker._start()
     try:
-        assert worker._claim() == 1
+        assert worker._write_and_claim() == 1
         # The handler ran to its end and reported; the loop has not collected it.
-        wait_for(lambda: not worker._results.empty(), timeout=10)
+        wait_for(worker.running.has_reports, timeout=10)
         worker.stop()
     finally:
         worker._shutdown()

@@ -24,11 +24,11 @@ from durable_jobs.checks import MAX_PRUNE_DAYS
 from durable_jobs.flow import queues as flow_queues
 from durable_jobs.flow.why import explain
 from durable_jobs.lifecycle.states import State
+from durable_jobs.maintenance.pruner import prune
 from durable_jobs.management.output import emit_json, table
 from durable_jobs.management.progress import ProgressBar
 from durable_jobs.models import Batch, Job
 from durable_jobs.payload import text_problem
-from durable_jobs.plugins.pruner import prune
 
 _DURATION = re.compile(r"^(\d+)([smhd])$")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}

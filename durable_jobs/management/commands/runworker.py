@@ -12,8 +12,8 @@ from django.db import OperationalError, ProgrammingError
 
 from durable_jobs.exceptions import ImproperlyConfiguredQueue
 from durable_jobs.worker import Worker
+from durable_jobs.worker.config import parse_queue_spec
 from durable_jobs.worker.node import NodeNameTaken
-from durable_jobs.worker.worker import parse_queue_spec
 
 #: The longest lease, poll interval or grace period accepted (a year): "inf" or "1e300"
 #: would overflow the worker's datetime arithmetic at its first claim.

@@ -13,29 +13,25 @@ interval and make handlers idempotent.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from django.utils import timezone
 
 from durable_jobs.db import engine_for
 from durable_jobs.lifecycle import outcomes, recording
+from durable_jobs.maintenance.base import MaintenanceContext
 from durable_jobs.models import Outcome
-from durable_jobs.plugins.base import Plugin
 
-if TYPE_CHECKING:
-    from durable_jobs.worker.worker import Worker
-
+#: Expired leases rescued per run, oldest first.
 BATCH = 100
 
 
-class Rescuer(Plugin):
+class Rescuer:
     name = "rescuer"
 
-    def interval(self, worker: Worker) -> float:
-        return max(0.5, min(worker.lease_seconds / 2, 30.0))
+    def interval(self, context: MaintenanceContext) -> float:
+        return max(0.5, min(context.lease_seconds / 2, 30.0))
 
-    def run(self, worker: Worker) -> None:
-        rescue_expired(using=worker.alias, node=worker.node.name)
+    def run(self, context: MaintenanceContext) -> None:
+        rescue_expired(using=context.alias, node=context.node_name)
 
 
 def rescue_expired(*, using: str | None = None, node: str = "") -> int:

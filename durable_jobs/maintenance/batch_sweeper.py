@@ -3,27 +3,24 @@ died between the acknowledgement and the check, or an operator finished the job)
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from durable_jobs.flow.batches import finish_ready
+from durable_jobs.maintenance.base import MaintenanceContext
 from durable_jobs.models import Batch
-from durable_jobs.plugins.base import Plugin
-
-if TYPE_CHECKING:
-    from durable_jobs.worker.worker import Worker
 
 #: Open batches looked at per run, oldest first.
 BATCH = 100
+#: Seconds between sweeps.
+INTERVAL = 15.0
 
 
-class BatchSweeper(Plugin):
-    name = "batches"
+class BatchSweeper:
+    name = "batch sweeper"
 
-    def interval(self, worker: Worker) -> float:
-        return 15.0
+    def interval(self, context: MaintenanceContext) -> float:
+        return INTERVAL
 
-    def run(self, worker: Worker) -> None:
-        sweep(using=worker.alias)
+    def run(self, context: MaintenanceContext) -> None:
+        sweep(using=context.alias)
 
 
 def sweep(*, using: str | None = None) -> list[int]:

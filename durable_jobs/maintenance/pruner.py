@@ -4,20 +4,16 @@ from __future__ import annotations
 
 import time
 from datetime import timedelta
-from typing import TYPE_CHECKING
 
 from django.utils import timezone
 
 from durable_jobs.conf import get_settings
 from durable_jobs.db import engine_for
-from durable_jobs.plugins.base import Plugin
-
-if TYPE_CHECKING:
-    from durable_jobs.worker.worker import Worker
+from durable_jobs.maintenance.base import MaintenanceContext
 
 #: Rows deleted per transaction, and transactions per run: bounded work on every tick.
 BATCH, MAX_BATCHES = 1000, 10
-#: A run also stops after this many seconds: it runs on the worker's loop thread.
+#: A run also stops after this many seconds, so that it holds SQLite's write lock briefly.
 RUN_BUDGET_SECONDS = 0.2
 #: Seconds between runs; while a run leaves old jobs behind (a busy queue finishes more
 #: jobs per minute than one run deletes), the next comes after BEHIND_INTERVAL instead.
@@ -26,18 +22,18 @@ INTERVAL, BEHIND_INTERVAL = 60.0, 1.0
 FORGET_NODES_AFTER = timedelta(days=1)
 
 
-class Pruner(Plugin):
+class Pruner:
     name = "pruner"
 
     def __init__(self) -> None:
         self.behind = False
 
-    def interval(self, worker: Worker) -> float:
+    def interval(self, context: MaintenanceContext) -> float:
         return BEHIND_INTERVAL if self.behind else INTERVAL
 
-    def run(self, worker: Worker) -> None:
+    def run(self, context: MaintenanceContext) -> None:
         deadline = time.monotonic() + RUN_BUDGET_SECONDS
-        deleted = prune(using=worker.alias, deadline=deadline)
+        deleted = prune(using=context.alias, deadline=deadline)
         # A run that used all its batches or its time probably left some behind.
         self.behind = deleted >= BATCH * MAX_BATCHES or (
             deleted > 0 and time.monotonic() >= deadline
