@@ -40,7 +40,7 @@ def measure(schedules: int, due: int, rounds: int) -> dict[str, Any]:
     from django.db import connection
 
     from durable_jobs.models import Job, Schedule
-    from durable_jobs.schedules.heartbeat import tick
+    from durable_jobs.schedules.tick import tick
 
     now = datetime.datetime(2026, 6, 1, 12, 0, tzinfo=datetime.UTC)
     later = now + datetime.timedelta(days=7)

@@ -13,9 +13,6 @@ from durable_jobs.conf import get_settings
 Backoff = Callable[[int], float]
 
 JITTER = 0.25
-#: The longest retry delay or snooze a job can be given (a year). Longer ones, and ``inf``,
-#: would overflow the datetime arithmetic that records them, in the worker's loop.
-MAX_DELAY_SECONDS = 365 * 86400.0
 #: Doublings past this change nothing (the cap is reached long before) and would overflow.
 _MAX_DOUBLINGS = 64
 

@@ -1,55 +1,36 @@
-"""Writing new jobs, one or many: transactional, idempotent, waking workers only on commit."""
+"""Writing new jobs, one or many: transactional, idempotent, waking workers only on commit.
+
+The public ways in are ``.delay()``, :func:`durable_jobs.enqueue` and
+:func:`durable_jobs.enqueue_many` (:mod:`durable_jobs.handlers`), which check the
+arguments first.
+"""
 
 from __future__ import annotations
 
 import datetime
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
 from django.utils import timezone
 
-from durable_jobs import registry, wakeup
+from durable_jobs import validate, wakeup
 from durable_jobs.conf import get_settings
 from durable_jobs.db import engine_for
 from durable_jobs.db.rows import mark_saved, new_instance
 from durable_jobs.exceptions import EnqueueError
-from durable_jobs.handlers import EnqueueOptions, _check_priority, _check_queue, _check_retries
 from durable_jobs.lifecycle.states import State
 from durable_jobs.logging import log_event
 from durable_jobs.models import Job
-from durable_jobs.payload import check_json, text_problem
+from durable_jobs.payload import check_json
 from durable_jobs.redaction import redact
 from durable_jobs.wakeup import wake_local_workers
 
 if TYPE_CHECKING:
-    from durable_jobs.handlers import JobHandler, PreparedJob
+    from durable_jobs.handlers import EnqueueOptions, JobHandler, PreparedJob
 
 logger = logging.getLogger("durable_jobs")
-
-#: Job.max_retries is a PositiveIntegerField (PostgreSQL ``integer``).
-MAX_RETRIES = 2**31 - 1
-
-
-def enqueue(name: str, payload: Mapping[str, Any] | None = None, **options: Any) -> Job:
-    """Enqueue the handler registered as ``name``.
-
-    ``enqueue("billing.send_receipt", {"order_id": 1})``
-
-    ``options`` are those of :meth:`JobHandler.using`.
-    """
-    handler = registry.get_handler(name)
-    if payload is not None and not (
-        isinstance(payload, Mapping) and all(isinstance(k, str) for k in payload)
-    ):
-        # Else dict(payload) or **payload would fail with a bare TypeError or ValueError.
-        raise EnqueueError(
-            f"{handler.name}: the payload must be a dict of keyword arguments with string "
-            f'keys, as in enqueue("{handler.name}", {{"order_id": 1}}); '
-            f"got {type(payload).__name__}"
-        )
-    return handler.using(**options).delay(**dict(payload or {}))
 
 
 def build_job(
@@ -63,33 +44,24 @@ def build_job(
     now = now or timezone.now()
     available_at = _available_at(handler.name, now, options)
     key = options.idempotency_key
-    if key is not None and (not isinstance(key, str) or not key or len(key) > 255):
-        raise EnqueueError(f"{handler.name}: idempotency_key must be a string of 1-255 characters")
-    for label, text in (("idempotency_key", key), ("queue", options.queue)):
-        problem = isinstance(text, str) and text_problem(text)
-        if problem:
-            # SQLite would store it; PostgreSQL refuses it and aborts the transaction.
-            raise EnqueueError(f"{handler.name}: {label} cannot be {problem}")
+    with validate.refused_as(EnqueueError, handler.name):
+        if key is not None:
+            validate.key(key, "idempotency_key")
+        queue = handler.queue if options.queue is None else validate.queue_name(options.queue)
+        priority = handler.priority if options.priority is None else options.priority
+        priority = validate.priority(priority)
+        max_retries = options.max_retries
+        if max_retries is None:
+            max_retries = handler.max_retries
+        if max_retries is None:
+            max_retries = get_settings().default_max_retries
+        max_retries = validate.retries(max_retries)
     unique_states = ""
     if key is None and handler.unique is not None:
         # An explicit idempotency_key wins; it holds for the job's whole life.
         key = handler.unique.key(handler.name, handler.signature, payload, now)
         unique_states = handler.unique.stored_states()
     concurrency_key = handler.key_for(payload)
-    queue = handler.queue if options.queue is None else _check_queue(options.queue, handler.name)
-    priority = (
-        handler.priority
-        if options.priority is None
-        else _check_priority(options.priority, handler.name)
-    )
-    max_retries = _check_retries(options.max_retries, handler.name)
-    if max_retries is None:
-        max_retries = handler.max_retries
-    if max_retries is None:
-        max_retries = get_settings().default_max_retries
-    if max_retries > MAX_RETRIES:
-        # Past the column's range the insert fails with a bare OverflowError or DataError.
-        raise EnqueueError(f"{handler.name}: max_retries can be at most {MAX_RETRIES}")
     # Stored as JSON like the payload, with the same rules (a datetime would fail the insert
     # with a bare TypeError; NUL text would abort PostgreSQL's transaction).
     if options.meta is not None and not isinstance(options.meta, Mapping):
@@ -180,33 +152,19 @@ def _available_at(name: str, now: datetime.datetime, options: EnqueueOptions) ->
     return now
 
 
-def enqueue_many(prepared: Iterable[PreparedJob], *, using: str | None = None) -> list[Job]:
-    """Enqueue many prepared jobs in a few statements; return their rows, in order.
-
-    ``durable_jobs.enqueue_many([send_receipt.prepare(order_id=i) for i in ids])``
-
-    All or nothing, in one transaction. Idempotency keys and ``unique`` are honoured:
-    where a key is already taken (or repeats within the list), the existing job is
-    returned in that position and nothing new is created. Workers are woken once.
-    """
-    return insert_many(list(prepared), using=using)[0]
-
-
 def insert_many(
     prepared: list[PreparedJob],
     *,
     using: str | None = None,
     batch_id: int | None = None,
 ) -> tuple[list[Job], int]:
-    """``(jobs, created)``: :func:`enqueue_many`, optionally tagging new jobs with a batch."""
-    from durable_jobs.handlers import PreparedJob
+    """``(jobs, created)``: insert many prepared jobs in a few statements and one
+    transaction (or the caller's), optionally tagging new jobs with a batch.
 
-    for item in prepared:
-        if not isinstance(item, PreparedJob):
-            raise EnqueueError(
-                f"enqueue_many takes prepared jobs, as in send_receipt.prepare(order_id=1); "
-                f"got {type(item).__name__}"
-            )
+    Idempotency keys and ``unique`` are honoured: where a key is already taken (or
+    repeats within the list), the existing job takes that place and nothing new is
+    created. Workers are woken once.
+    """
     engine = engine_for(using)
     now = timezone.now()
     jobs = [build_job(p.handler, p.payload, p.options, now=now) for p in prepared]

@@ -5,22 +5,22 @@ Each class's docstring is its default message.
 
 from __future__ import annotations
 
+from durable_jobs.limits import MAX_SECONDS
+
 
 class Snooze(Exception):
     """Run this job again later; the attempt is given back."""
 
     def __init__(self, seconds: float = 60) -> None:
-        from durable_jobs.backoff import MAX_DELAY_SECONDS
-
         try:
             value = float(seconds)
         except (TypeError, ValueError):
             value = -1.0
         # Checked here, in the handler, so a bad value fails the attempt with this message;
         # NaN, inf or a huge number would otherwise overflow in the worker's loop.
-        if not 0 <= value <= MAX_DELAY_SECONDS:
+        if not 0 <= value <= MAX_SECONDS:
             raise ValueError(
-                f"Snooze(seconds) needs a number of seconds from 0 to {MAX_DELAY_SECONDS:g} "
+                f"Snooze(seconds) needs a number of seconds from 0 to {MAX_SECONDS:g} "
                 f"(a year), not {seconds!r}"
             )
         self.seconds = value

@@ -6,11 +6,11 @@ import dataclasses
 import datetime
 import inspect
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Generic, Literal, ParamSpec, TypeVar, overload
 
 from durable_jobs import payload as payloads
-from durable_jobs import registry
+from durable_jobs import registry, validate
 from durable_jobs.backoff import Backoff, backoff_from
 from durable_jobs.exceptions import EnqueueError
 from durable_jobs.flow.unique import Unique
@@ -23,8 +23,6 @@ ConcurrencyKey = str | Callable[..., str | None]
 
 P = ParamSpec("P")
 R = TypeVar("R")
-
-PRIORITY_MIN, PRIORITY_MAX = -100, 100
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,9 +68,10 @@ class JobHandler(Generic[P, R]):
                 "string; leave it out to use the function's dotted path"
             )
         self.name = name or f"{func.__module__}.{func.__qualname__}"
-        self.queue = _check_queue(queue, self.name)
-        self.priority = _check_priority(priority, self.name)
-        self.max_retries = _check_retries(max_retries, self.name)
+        with validate.refused_as(EnqueueError, self.name):
+            self.queue = validate.queue_name(queue)
+            self.priority = validate.priority(priority)
+            self.max_retries = None if max_retries is None else validate.retries(max_retries)
         # `not 0 < timeout < inf` also refuses NaN, which compares false with everything.
         if timeout is not None and not 0 < timeout < math.inf:
             raise ValueError(
@@ -95,14 +94,9 @@ class JobHandler(Generic[P, R]):
                 f"@job(concurrency_key=...) of {self.name} must be a string or a function of "
                 'the job\'s arguments, as in lambda order_id, **_: f"order:{order_id}"'
             )
-        if (
-            isinstance(concurrency_limit, bool)
-            or not isinstance(concurrency_limit, int)
-            or (concurrency_limit < 1)
-        ):
-            raise ValueError(f"@job(concurrency_limit=...) of {self.name} must be an integer >= 1")
+        with validate.refused_as(ValueError, f"@job(concurrency_limit=...) of {self.name}"):
+            self.concurrency_limit = validate.count(concurrency_limit, "concurrency_limit")
         self.concurrency_key = concurrency_key
-        self.concurrency_limit = concurrency_limit
         # The client boundary (durable_jobs.urls). Checked by manage.py check
         # (durable_jobs.E014-E016), and refused at request time if still invalid.
         #: Clients may request this job over HTTP.
@@ -171,11 +165,13 @@ class JobHandler(Generic[P, R]):
                     f"{type(exc).__name__}: {exc}. It is called with the job's keyword "
                     "arguments; accept the ones it does not use with **_"
                 ) from exc
-        if key is not None and (not isinstance(key, str) or not key or len(key) > 255):
-            raise EnqueueError(
-                f"{self.name}: the concurrency key must be a string of 1-255 characters "
-                f"(or None for no key), not {key!r}"
-            )
+        if key is not None:
+            try:
+                validate.key(key, "the concurrency key", field="concurrency_key")
+            except validate.Invalid as exc:
+                raise EnqueueError(
+                    f"{self.name}: {exc} (or None for no key), not {key!r}"
+                ) from None
         return key
 
     def check_arguments(self, args: tuple, kwargs: Mapping[str, Any]) -> dict[str, Any]:
@@ -218,6 +214,52 @@ class PreparedJob:
         from durable_jobs.enqueueing import enqueue_job
 
         return enqueue_job(self.handler, self.payload, self.options)
+
+
+def enqueue(name: str, payload: Mapping[str, Any] | None = None, **options: Any) -> Job:
+    """Enqueue a job by its handler's registered name::
+
+        durable_jobs.enqueue("billing.send_receipt", {"order_id": 42}, run_in=timedelta(minutes=5))
+
+    ``options`` are those of :meth:`JobHandler.using`. Raises :class:`UnknownJob`
+    for a name no handler has.
+    """
+    handler = registry.get_handler(name)
+    if payload is not None and not (
+        isinstance(payload, Mapping) and all(isinstance(k, str) for k in payload)
+    ):
+        # Else dict(payload) or **payload would fail with a bare TypeError or ValueError.
+        raise EnqueueError(
+            f"{handler.name}: the payload must be a dict of keyword arguments with string "
+            f'keys, as in enqueue("{handler.name}", {{"order_id": 1}}); '
+            f"got {type(payload).__name__}"
+        )
+    return handler.using(**options).delay(**dict(payload or {}))
+
+
+def enqueue_many(jobs: Iterable[PreparedJob], *, using: str | None = None) -> list[Job]:
+    """Enqueue many prepared jobs in a few statements and one transaction::
+
+        durable_jobs.enqueue_many([send_receipt.prepare(order_id=i) for i in order_ids])
+
+    Returns the rows in the same order. Where an idempotency key (or ``unique``) is
+    already taken, the existing job takes that place. Workers are woken once.
+    """
+    from durable_jobs.enqueueing import insert_many
+
+    return insert_many(checked_prepared(jobs), using=using)[0]
+
+
+def checked_prepared(jobs: Iterable[Any]) -> list[PreparedJob]:
+    """``jobs`` as a list, if every one is a :class:`PreparedJob`."""
+    prepared = list(jobs)
+    for item in prepared:
+        if not isinstance(item, PreparedJob):
+            raise EnqueueError(
+                f"enqueue_many takes prepared jobs, as in send_receipt.prepare(order_id=1); "
+                f"got {type(item).__name__}"
+            )
+    return prepared
 
 
 @overload
@@ -279,27 +321,3 @@ def job(func: Any = None, /, **options: Any) -> Any:
         return handler
 
     return decorate(func) if func is not None else decorate
-
-
-def _check_queue(queue: Any, name: str) -> str:
-    if not isinstance(queue, str) or not queue or len(queue) > 100:
-        raise EnqueueError(f"{name}: queue must be a non-empty string of at most 100 characters")
-    return queue
-
-
-def _check_priority(priority: Any, name: str) -> int:
-    if isinstance(priority, bool) or not isinstance(priority, int):
-        raise EnqueueError(f"{name}: priority must be an integer from -100 to 100")
-    if not PRIORITY_MIN <= priority <= PRIORITY_MAX:
-        raise EnqueueError(
-            f"{name}: priority {priority} is out of range; use -100 (last) to 100 (first)"
-        )
-    return priority
-
-
-def _check_retries(max_retries: Any, name: str) -> int | None:
-    if max_retries is None:
-        return None
-    if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
-        raise EnqueueError(f"{name}: max_retries must be an integer >= 0")
-    return max_retries

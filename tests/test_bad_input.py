@@ -39,11 +39,11 @@ from durable_jobs.backoff import exponential
 from durable_jobs.conf import DEFAULTS, get_settings
 from durable_jobs.exceptions import EnqueueError, UnknownJob
 from durable_jobs.models import Attempt, Job, Node, Queue, Schedule
-from durable_jobs.payload import MAX_DEPTH
 from durable_jobs.registry import all_handlers, get_handler
 from durable_jobs.schedules.expressions import InvalidSchedule, parse
 from durable_jobs.schedules.scheduler import Scheduler
 from durable_jobs.testing import drain
+from durable_jobs.validate import MAX_DEPTH
 from durable_jobs.worker import Worker
 from durable_jobs.worker.config import parse_queue_spec
 from tests.conftest import command_output

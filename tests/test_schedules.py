@@ -15,9 +15,9 @@ from django.test import override_settings
 from durable_jobs import Scheduler, UnknownJob
 from durable_jobs.models import Job, Schedule
 from durable_jobs.schedules.expressions import InvalidSchedule
-from durable_jobs.schedules.heartbeat import tick
 from durable_jobs.schedules.scheduler import ScheduleNotFound
 from durable_jobs.schedules.sync import sync_schedules
+from durable_jobs.schedules.tick import tick
 from durable_jobs.states import State
 from durable_jobs.testing import drain
 from durable_jobs.worker import Worker
@@ -169,7 +169,7 @@ def test_four_racing_heartbeats_create_one_job(clock) -> None:
 @pytest.mark.django_db(transaction=True)
 def test_racing_enqueues_of_one_occurrence_hit_the_constraint_not_a_read(clock) -> None:
     """Without the heartbeat's row lock: only the unique key stands between them."""
-    from durable_jobs.schedules.heartbeat import enqueue_occurrence
+    from durable_jobs.schedules.tick import enqueue_occurrence
 
     schedule = report(Scheduler(clock=clock))
     barrier = threading.Barrier(4)
@@ -286,9 +286,9 @@ def test_a_job_finishing_late_does_not_hide_a_pause(scheduler, clock) -> None:
 
 
 def test_after_a_very_long_outage_latest_is_still_the_latest(scheduler, clock, monkeypatch) -> None:
-    from durable_jobs.schedules import heartbeat
+    from durable_jobs.schedules import tick as schedule_tick
 
-    monkeypatch.setattr(heartbeat, "MAX_MISSED", 50)
+    monkeypatch.setattr(schedule_tick, "MAX_MISSED", 50)
     scheduler.schedule(
         "minutely", name="tests.scheduled_report", expression="* * * * *",
         payload={"countries": []},

@@ -23,8 +23,8 @@ from django.utils.functional import cached_property
 
 from durable_jobs import overview
 from durable_jobs.models import FAILED_OUTCOMES, Attempt, Job
-from durable_jobs.payload import text_problem
 from durable_jobs.registry import all_handlers
+from durable_jobs.validate import text_problem
 
 #: Lookups a URL may not use: a hand-written ``?name__regex=(`` is an invalid regular
 #: expression to the database, a server error rather than an empty list.

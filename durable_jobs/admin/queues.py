@@ -9,6 +9,7 @@ from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
+from durable_jobs import validate
 from durable_jobs.admin.display import badge
 from durable_jobs.admin.filters import SafeLookupsMixin
 from durable_jobs.flow import queues
@@ -33,7 +34,7 @@ class QueueForm(forms.ModelForm):
 
     def clean_global_concurrency(self) -> int | None:
         value = self.cleaned_data.get("global_concurrency")
-        if not queues.valid_global_concurrency(value):
+        if not validate.is_global_concurrency(value):
             raise forms.ValidationError("At least 1; leave it empty for no limit.")
         return value
 

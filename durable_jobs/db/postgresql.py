@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from django.db import DatabaseError, transaction
+from django.db import DatabaseError, connections, transaction
 
 from durable_jobs.conf import get_settings
 from durable_jobs.db import outcome_rows
@@ -224,16 +224,11 @@ class PostgreSQLEngine(Engine):
     def execute_prepared(
         self, sql: str, params: Any, *, prepare: bool = True
     ) -> tuple[tuple[str, ...], list[tuple[Any, ...]]]:
-        """Run a statement the worker repeats as a prepared statement: parsed and planned
-        once per connection instead of at every call, which for the claim costs more
-        than running it. (Django's own cursors bind parameters on the client and never
-        prepare.)
-
-        Behind PgBouncer in transaction mode, prepared statements need PgBouncer 1.21 or
-        later with ``max_prepared_statements`` set; otherwise set
-        ``DURABLE_JOBS["PREPARED_STATEMENTS"] = False``. A process that meets a server
-        without them stops preparing after the first failure (see ``_unprepared``).
-        """
+        """Run a statement the worker repeats as a prepared statement, parsed and planned
+        once per connection (Django's cursors bind on the client and never prepare): for
+        the claim, planning costs more than running. A process whose server refuses a
+        prepared statement (PgBouncer in transaction mode before 1.21, or without
+        ``max_prepared_statements``) stops preparing (``_unprepared``)."""
         prepare = prepare and get_settings().prepared_statements
         if prepare and self.alias in _unprepared:
             prepare = False
@@ -319,8 +314,6 @@ def settle_sql() -> str:
 def _insert_columns(alias: str) -> tuple[tuple[str, str, Callable[[Any], Any]], ...]:
     """Per inserted Job column: the attribute, its SQL type as cast from JSON text, and
     how its value goes into the JSON."""
-    from django.db import connections
-
     out = []
     for field in insert_fields():
         kind = field.get_internal_type()
@@ -382,7 +375,6 @@ class PostgreSQLListener:
         self._conn: Any = None
 
     def connect(self) -> None:
-        from django.db import connections
         from psycopg import sql as psycopg_sql
 
         wrapper = connections[self.alias]

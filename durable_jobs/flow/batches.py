@@ -24,10 +24,11 @@ from django.db import transaction
 from django.db.models import Count
 from django.utils import timezone
 
-from durable_jobs import registry
+from durable_jobs import limits, registry
 from durable_jobs.db import engine_for
+from durable_jobs.enqueueing import insert_many, insert_or_get
 from durable_jobs.exceptions import DurableJobsError, EnqueueError
-from durable_jobs.handlers import EnqueueOptions, PreparedJob
+from durable_jobs.handlers import EnqueueOptions, PreparedJob, checked_prepared
 from durable_jobs.lifecycle.states import FINAL, UNFINISHED, State
 from durable_jobs.models import Batch as BatchRow
 from durable_jobs.models import Job
@@ -84,8 +85,9 @@ class Batch:
                 "Batch(on_complete=...) takes a prepared job, as in "
                 "import_done.prepare(import_id=42)"
             )
-        if not isinstance(name, str) or len(name) > 255:
-            raise EnqueueError("Batch name must be a string of at most 255 characters")
+        length = limits.length("Batch", "name")
+        if not isinstance(name, str) or len(name) > length:
+            raise EnqueueError(f"Batch name must be a string of at most {length} characters")
         self.name = name
         self.on_complete = on_complete
         self.meta = dict(meta or {})
@@ -97,9 +99,7 @@ class Batch:
         A job whose idempotency key already belongs to an existing job is not added
         (the batch counts only the jobs it created). An empty batch completes at once.
         """
-        from durable_jobs.enqueueing import insert_many
-
-        prepared = list(jobs)
+        prepared = checked_prepared(jobs)
         engine = engine_for(self.using)
         callback = self.on_complete
         with transaction.atomic(using=engine.alias):
@@ -176,8 +176,6 @@ def _finish(batch_id: int, *, using: str | None) -> bool:
 
 
 def _enqueue_callback(row: BatchRow, info: dict[str, Any], *, using: str) -> Job:
-    from durable_jobs.enqueueing import insert_or_get
-
     handler = registry.get_handler(row.callback_name)
     stored = row.callback_options or {}
     options = EnqueueOptions(

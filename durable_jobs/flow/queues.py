@@ -21,6 +21,7 @@ from collections.abc import Iterable, Mapping
 
 from django.utils import timezone
 
+from durable_jobs import validate
 from durable_jobs.conf import get_settings
 from durable_jobs.db import engine_for
 from durable_jobs.flow.rates import parse_rate
@@ -72,18 +73,13 @@ def set_limits(
         limit, period = parse_rate(str(rate)) if rate else (None, None)
         changes.update(rate_limit=limit, rate_period=period)
     if global_concurrency is not UNCHANGED:
-        if not valid_global_concurrency(global_concurrency):
+        if not validate.is_global_concurrency(global_concurrency):
             raise ValueError(
                 f"Queue {name!r}: global_concurrency must be an integer >= 1, or None for no limit"
             )
         changes["global_concurrency"] = global_concurrency
     Queue.objects.using(using).filter(name=name).update(**changes)
     return Queue.objects.using(using).get(name=name)
-
-
-def valid_global_concurrency(value: object) -> bool:
-    """None (no limit) or an integer >= 1."""
-    return value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= 1)
 
 
 def pause(name: str, *, using: str | None = None) -> bool:

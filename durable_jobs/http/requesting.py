@@ -26,7 +26,7 @@ from typing import Any
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
-from durable_jobs import registry
+from durable_jobs import limits, registry
 from durable_jobs.db import engine_for
 from durable_jobs.enqueueing import insert_or_get
 from durable_jobs.exceptions import EnqueueError, UnknownJob
@@ -66,7 +66,7 @@ class Refusal(Exception):
 
 
 #: The largest id a job can have (a signed 64-bit column).
-MAX_JOB_ID = 2**63 - 1
+MAX_JOB_ID = limits.BIGINT_MAX
 
 NOT_FOUND = "No job here is yours, or can be requested, under this name or id."
 

@@ -6,7 +6,7 @@ import json
 import traceback
 from typing import Any
 
-from durable_jobs.payload import first_unstorable
+from durable_jobs.validate import first_unstorable
 
 #: The longest text kept of a result JSON cannot hold.
 RESULT_TEXT_MAX = 10_000

@@ -15,11 +15,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from durable_jobs import registry
-from durable_jobs.backoff import MAX_DELAY_SECONDS, exponential
+from durable_jobs.backoff import exponential
 from durable_jobs.db.rows import new_instance
 from durable_jobs.exceptions import LeaseExpired, UnknownJob, WorkerStopped
 from durable_jobs.lifecycle.errors import clean_text, describe_error
 from durable_jobs.lifecycle.states import State
+from durable_jobs.limits import MAX_SECONDS
 from durable_jobs.models import Attempt, Job, Outcome
 
 logger = logging.getLogger("durable_jobs")
@@ -193,4 +194,4 @@ def retry_delay(job: Job) -> float:
         delay = exponential(job.attempts)
     if delay != delay:  # NaN: timedelta(seconds=nan) raises
         delay = 0.0
-    return min(max(0.0, delay), MAX_DELAY_SECONDS)
+    return min(max(0.0, delay), MAX_SECONDS)

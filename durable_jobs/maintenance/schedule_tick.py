@@ -14,8 +14,8 @@ from django.utils import timezone
 
 from durable_jobs.conf import get_settings
 from durable_jobs.maintenance.base import MaintenanceContext
-from durable_jobs.schedules.heartbeat import tick
 from durable_jobs.schedules.sync import sync_schedules
+from durable_jobs.schedules.tick import tick
 
 
 class ScheduleTick:

@@ -7,11 +7,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from durable_jobs import registry
-from durable_jobs.exceptions import EnqueueError
-from durable_jobs.handlers import JobHandler, _check_priority, _check_queue
+from django.core.checks import CheckMessage, Error
+
+from durable_jobs import limits, registry, validate
+from durable_jobs.conf import merged_settings
+from durable_jobs.exceptions import EnqueueError, UnknownJob
+from durable_jobs.handlers import JobHandler
 from durable_jobs.models import CatchUp
-from durable_jobs.payload import check_json, text_problem
+from durable_jobs.payload import check_json
 from durable_jobs.schedules.expressions import (
     UTC,
     Cron,
@@ -23,10 +26,6 @@ from durable_jobs.schedules.expressions import (
     parse,
     parse_interval,
 )
-
-MAX_ID_LENGTH = 150
-#: Schedule.expression's max_length.
-MAX_EXPRESSION_LENGTH = 200
 
 
 @dataclass
@@ -69,11 +68,12 @@ def build_spec(
     metadata: Mapping[str, Any] | None = None,
 ) -> ScheduleSpec:
     """A validated schedule definition; raises a clear error naming the first problem."""
-    if not isinstance(id, str) or not id.strip() or len(id) > MAX_ID_LENGTH:
+    id_length = limits.length("Schedule", "id")
+    if not isinstance(id, str) or not id.strip() or len(id) > id_length:
         raise InvalidSchedule(
-            f"A schedule id must be a non-empty string of at most {MAX_ID_LENGTH} characters"
+            f"A schedule id must be a non-empty string of at most {id_length} characters"
         )
-    problem = text_problem(id)
+    problem = validate.text_problem(id)
     if problem:
         # PostgreSQL would refuse the row (and abort the caller's transaction).
         raise InvalidSchedule(f"A schedule id cannot be {problem}")
@@ -107,20 +107,21 @@ def build_spec(
     handler = name if isinstance(name, JobHandler) else registry.get_handler(name)
     try:
         checked_payload = handler.check_arguments((), dict(payload or {}))
-        queue_name = handler.queue if queue is None else _check_queue(queue, handler.name)
-        prio = handler.priority if priority is None else _check_priority(priority, handler.name)
         # Metadata is stored as JSON too: a datetime would fail the save with a bare
         # TypeError, NUL text would abort PostgreSQL's transaction.
         checked_metadata = check_json(f"{handler.name} metadata", dict(metadata or {}))
     except EnqueueError as exc:
         raise InvalidSchedule(f"Schedule {id!r}: {exc}") from None
-    problem = text_problem(queue_name)
-    if problem:
-        raise InvalidSchedule(f"Schedule {id!r}: the queue name cannot be {problem}")
-    if len(str(parsed)) > MAX_EXPRESSION_LENGTH:
+    with validate.refused_as(InvalidSchedule, f"Schedule {id!r}"):
+        queue_name = validate.queue_name(
+            handler.queue if queue is None else queue, "the queue name"
+        )
+        prio = validate.priority(handler.priority if priority is None else priority)
+    expression_length = limits.length("Schedule", "expression")
+    if len(str(parsed)) > expression_length:
         # The column's length: PostgreSQL would refuse the row, SQLite keep it whole.
         raise InvalidSchedule(
-            f"Schedule {id!r}: the expression is longer than {MAX_EXPRESSION_LENGTH} "
+            f"Schedule {id!r}: the expression is longer than {expression_length} "
             "characters; shorten it with ranges (1-5) and steps (*/15)."
         )
     if catch_up not in CatchUp.values:
@@ -133,11 +134,8 @@ def build_spec(
         ("catch_up_limit", catch_up_limit),
     ):
         # The upper bound is the column's (PositiveIntegerField): past it the save fails.
-        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 2**31 - 1:
-            raise InvalidSchedule(
-                f"Schedule {id!r}: {label} must be an integer from 1 to {2**31 - 1} "
-                f"(got {value!r})."
-            )
+        with validate.refused_as(InvalidSchedule, f"Schedule {id!r}"):
+            validate.count(value, label)
     return ScheduleSpec(
         id=id,
         expression=parsed,
@@ -199,3 +197,27 @@ def spec_from_settings(id: str, entry: Any) -> ScheduleSpec:
                 f"SCHEDULES[{id!r}]['run_at'] is not an ISO 8601 time: {run_at!r}"
             ) from None
     return build_spec(id, **kwargs)
+
+
+def check() -> list[CheckMessage]:
+    """Each ``DURABLE_JOBS["SCHEDULES"]`` entry must parse, name a known zone and a known
+    handler (durable_jobs.E010, E011). SCHEDULES itself is the settings' check."""
+    declared = merged_settings()["SCHEDULES"]
+    if not isinstance(declared, dict):
+        return []
+    messages: list[CheckMessage] = []
+    for key, entry in declared.items():
+        try:
+            spec_from_settings(key, entry)
+        except UnknownJob as exc:
+            messages.append(Error(str(exc), obj=f"SCHEDULES[{key!r}]", id="durable_jobs.E011"))
+        except InvalidSchedule as exc:
+            messages.append(
+                Error(
+                    str(exc),
+                    obj=f"SCHEDULES[{key!r}]",
+                    hint="See the schedules guide for expressions, timezones and options.",
+                    id="durable_jobs.E010",
+                )
+            )
+    return messages

@@ -4,22 +4,22 @@ from __future__ import annotations
 
 import builtins
 import datetime
-import threading
 from collections.abc import Callable
 from typing import Any
 
-from django.db import IntegrityError, connections, transaction
 from django.db.models import Count, F, Min, Q, Sum
 from django.utils import timezone
 
 from durable_jobs.db import engine_for
 from durable_jobs.exceptions import DurableJobsError
 from durable_jobs.handlers import JobHandler
+from durable_jobs.maintenance.base import MaintenanceContext, MaintenanceRunner
+from durable_jobs.maintenance.schedule_tick import ScheduleTick
 from durable_jobs.models import CatchUp, Job, Schedule
-from durable_jobs.payload import text_problem
-from durable_jobs.schedules import heartbeat
+from durable_jobs.schedules import saving, tick
 from durable_jobs.schedules.definitions import ScheduleSpec, build_spec
 from durable_jobs.schedules.expressions import Once, get_zone, parse, upcoming
+from durable_jobs.validate import text_problem
 
 
 class ScheduleNotFound(DurableJobsError, LookupError):
@@ -46,8 +46,7 @@ class Scheduler:
     ) -> None:
         self.alias = engine_for(using).alias
         self.clock = clock or timezone.now
-        self._thread: threading.Thread | None = None
-        self._stop = threading.Event()
+        self._runner: MaintenanceRunner | None = None
 
     # -- defining ---------------------------------------------------------------------------
 
@@ -101,64 +100,9 @@ class Scheduler:
         return self.schedule(id, name=name, run_at=run_at, **options)
 
     def save_spec(self, spec: ScheduleSpec, *, declared_in_settings: bool = False) -> Schedule:
-        now = self.clock()
-        fields = {
-            "expression": str(spec.expression),
-            "timezone": spec.timezone,
-            "queue": spec.queue,
-            "name": spec.name,
-            "payload": spec.payload,
-            "priority": spec.priority,
-            "max_consecutive_fails": spec.max_consecutive_fails,
-            "catch_up": spec.catch_up,
-            "catch_up_limit": spec.catch_up_limit,
-            "metadata": spec.metadata,
-            "declared_in_settings": declared_in_settings,
-        }
-        engine = engine_for(self.alias)
-        with engine.write_transaction():
-            # Locked, and saved field by field below: a heartbeat advancing this schedule
-            # at the same time must not have its next_run_at or counters written back.
-            existing = (
-                Schedule.objects.using(self.alias).select_for_update().filter(pk=spec.id).first()
-            )
-            if existing is None:
-                try:
-                    # A savepoint: another node may create the same id at the same moment
-                    # (workers starting together all sync the declared schedules).
-                    with transaction.atomic(using=self.alias):
-                        return Schedule.objects.using(self.alias).create(
-                            id=spec.id,
-                            enabled=spec.enabled,
-                            next_run_at=spec.first_run_at(now) if spec.enabled else None,
-                            created_at=now,
-                            updated_at=now,
-                            **fields,
-                        )
-                except IntegrityError:
-                    existing = (
-                        Schedule.objects.using(self.alias).select_for_update().get(pk=spec.id)
-                    )
-            timing_changed = (
-                existing.expression != fields["expression"] or existing.timezone != spec.timezone
-            )
-            for key, value in fields.items():
-                setattr(existing, key, value)
-            changed = [*fields, "updated_at"]
-            if not spec.enabled:
-                existing.enabled = False
-                changed.append("enabled")
-            elif timing_changed and isinstance(spec.expression, Once):
-                # A one-off given a new time is armed again, even if it already ran.
-                existing.enabled = True
-                changed.append("enabled")
-            if timing_changed or (existing.enabled and existing.next_run_at is None):
-                existing.next_run_at = spec.first_run_at(now)
-                existing.retry_at = None
-                changed += ["next_run_at", "retry_at"]
-            existing.updated_at = now
-            existing.save(using=self.alias, update_fields=changed)
-            return existing
+        return saving.save_spec(
+            spec, now=self.clock(), using=self.alias, declared_in_settings=declared_in_settings
+        )
 
     # -- reading ----------------------------------------------------------------------------
 
@@ -249,7 +193,7 @@ class Scheduler:
         """Enqueue one occurrence now, whether or not the schedule is enabled."""
         schedule = self.get(id)
         now = self.clock()
-        job, created = heartbeat.enqueue_occurrence(schedule, now, now, using=self.alias)
+        job, created = tick.enqueue_occurrence(schedule, now, now, using=self.alias)
         Schedule.objects.using(self.alias).filter(pk=id).update(
             last_run_at=now,
             run_count=F("run_count") + int(created),
@@ -266,57 +210,34 @@ class Scheduler:
         deleted, _ = Schedule.objects.using(self.alias).filter(pk=id).delete()
         return bool(deleted)
 
-    # -- the heartbeat ----------------------------------------------------------------------
+    # -- the tick ---------------------------------------------------------------------------
 
-    def tick(self, now: datetime.datetime | None = None) -> heartbeat.TickResult:
-        """One heartbeat: enqueue every due occurrence."""
-        return heartbeat.tick(now or self.clock(), using=self.alias)
+    def tick(self, now: datetime.datetime | None = None) -> tick.TickResult:
+        """One tick: enqueue every due occurrence."""
+        return tick.tick(now or self.clock(), using=self.alias)
 
     def start(self, interval: float | None = None) -> None:
-        """Run the heartbeat in a background thread of this process until :meth:`stop`."""
-        from durable_jobs.conf import get_settings
-
-        if self._thread is not None and self._thread.is_alive():
+        """Tick in a background thread of this process until :meth:`stop` (the first tick
+        syncs ``DURABLE_JOBS["SCHEDULES"]``)."""
+        if self._runner is not None and self._runner.running:
             return
-        period = interval or get_settings().scheduler_interval
-        self._stop.clear()
-        self._thread = threading.Thread(
-            target=self._serve, args=(period,), name="durable-jobs-scheduler", daemon=True
-        )
-        self._thread.start()
+        self._runner = self._tick_runner(interval)
+        self._runner.start()
 
     def stop(self, timeout: float = 10.0) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
-            self._thread = None
+        if self._runner is not None:
+            self._runner.stop()
+            self._runner.join(timeout)
 
     def serve(self, interval: float | None = None) -> None:
-        """Run the heartbeat in this thread until :meth:`stop` (``schedules serve``)."""
-        from durable_jobs.conf import get_settings
+        """Tick in this thread until :meth:`stop` (``schedules serve``)."""
+        self._runner = self._tick_runner(interval)
+        self._runner.serve()
 
-        self._stop.clear()
-        self._serve(interval or get_settings().scheduler_interval)
-
-    def _serve(self, period: float) -> None:
-        import logging
-
-        from django.db import Error as DatabaseError
-
-        from durable_jobs.schedules.sync import sync_schedules
-
-        log = logging.getLogger("durable_jobs.schedules")
-        synced = False
-        try:
-            while not self._stop.is_set():
-                try:
-                    if not synced:
-                        sync_schedules(using=self.alias)
-                        synced = True
-                    self.tick()
-                except DatabaseError as exc:
-                    log.warning("scheduler heartbeat failed (%s); retrying", exc)
-                    connections[self.alias].close()
-                self._stop.wait(period)
-        finally:
-            connections.close_all()
+    def _tick_runner(self, interval: float | None) -> MaintenanceRunner:
+        # The same service every worker runs, in the same harness.
+        return MaintenanceRunner(
+            [ScheduleTick(interval=interval, clock=self.clock)],
+            MaintenanceContext(self.alias),
+            thread_name="durable-jobs-scheduler",
+        )

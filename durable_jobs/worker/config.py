@@ -9,11 +9,10 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from durable_jobs.backoff import MAX_DELAY_SECONDS
+from durable_jobs import limits, validate
 from durable_jobs.conf import get_settings
 from durable_jobs.exceptions import ImproperlyConfiguredQueue
 from durable_jobs.flow.rates import InvalidRate, parse_rate
-from durable_jobs.payload import text_problem
 
 #: The concurrency of a queue named without ``:N`` that the settings do not declare.
 DEFAULT_CONCURRENCY = 10
@@ -59,14 +58,14 @@ def parse_queue_spec(
             raise ImproperlyConfiguredQueue(
                 f"Empty queue name in {spec!r}; use name[:concurrency],..."
             )
-        problem = text_problem(name)
-        if problem or len(name) > 100:
+        length = limits.length("Job", "queue")
+        problem = validate.text_problem(name)
+        if problem or len(name) > length:
             # The queue's row could not be stored (PostgreSQL), so the worker would fail
             # at start with a misleading database error, or claim forever in vain.
             raise ImproperlyConfiguredQueue(
-                f"Queue name {name[:120]!r} is "
-                + (problem or "longer than 100 characters")
-                + "; queue names are 1-100 characters of text"
+                f"Queue name {name[:120]!r} is {problem or f'longer than {length} characters'}; "
+                f"queue names are {validate.queue_name_rule()}"
             )
         if limit:
             try:
@@ -123,10 +122,9 @@ class Timing:
             poll_interval=float(settings.poll_interval if poll_interval is None else poll_interval),
         )
         periods = (timing.lease_seconds, timing.heartbeat_seconds, timing.poll_interval)
-        # "not 0 < x <= ..." also refuses NaN; inf would overflow the first lease's expiry.
-        if not all(0 < value <= MAX_DELAY_SECONDS for value in periods):
+        if any(validate.seconds_problem(value) for value in periods):
             raise ValueError(
                 "lease_seconds, heartbeat_seconds and poll_interval must be > 0 and at most "
-                f"{MAX_DELAY_SECONDS:g} seconds (a year)"
+                f"{limits.MAX_SECONDS:g} seconds (a year)"
             )
         return timing

@@ -1,6 +1,6 @@
 """Three schedule-heartbeat nodes, SIGKILLed and restarted over 100 simulated minutes.
 
-Each node is a real process that loops on ``durable_jobs.schedules.heartbeat.tick(now)``
+Each node is a real process that loops on ``durable_jobs.schedules.tick.tick(now)``
 with ``now`` read from a shared clock file (the injected clock: minute ``k`` of the
 simulation). The test advances the clock one simulated minute per step while killing
 nodes with SIGKILL at random moments (often just after the clock moved, when a
@@ -89,7 +89,7 @@ def node(argv: list[str]) -> int:
 
     from django.db import connections
 
-    from durable_jobs.schedules.heartbeat import tick
+    from durable_jobs.schedules.tick import tick
 
     # Started ahead as a spare (see Cluster): Python, Django and the database driver are
     # loaded (creating the connection wrapper does not connect), but nothing has touched
@@ -330,7 +330,7 @@ def test_three_killed_and_restarted_heartbeats_enqueue_each_occurrence_once(
 ) -> None:
     from durable_jobs import Scheduler
     from durable_jobs.models import Job, Schedule
-    from durable_jobs.schedules.heartbeat import occurrence_key
+    from durable_jobs.schedules.tick import occurrence_key
 
     # Created one simulated minute before T0: the cron's first run is T0 itself.
     scheduler = Scheduler(clock=lambda: T0 - MINUTE)

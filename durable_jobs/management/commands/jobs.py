@@ -19,16 +19,15 @@ from django.db import OperationalError, ProgrammingError
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from durable_jobs import actions, insights, overview
-from durable_jobs.checks import MAX_PRUNE_DAYS
+from durable_jobs import actions, insights, overview, validate
 from durable_jobs.flow import queues as flow_queues
 from durable_jobs.flow.why import explain
 from durable_jobs.lifecycle.states import State
+from durable_jobs.limits import BIGINT_MAX, MAX_PRUNE_DAYS
 from durable_jobs.maintenance.pruner import prune
 from durable_jobs.management.output import emit_json, table
 from durable_jobs.management.progress import ProgressBar
 from durable_jobs.models import Batch, Job
-from durable_jobs.payload import text_problem
 
 _DURATION = re.compile(r"^(\d+)([smhd])$")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
@@ -36,7 +35,7 @@ _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
 
 #: Ids are BigAutoFields: anything outside this range can match no row, and would make
 #: SQLite's driver raise OverflowError (PostgreSQL's: "bigint out of range") if queried.
-MAX_ID = 2**63 - 1
+MAX_ID = BIGINT_MAX
 
 
 def since_value(text: str) -> datetime.datetime:
@@ -92,7 +91,7 @@ def limit_value(text: str) -> int:
 def text_value(text: str) -> str:
     """A name to match: text the database can compare (argv may hold NUL-free but
     undecodable bytes, which Python turns into lone surrogates)."""
-    problem = text_problem(text)
+    problem = validate.text_problem(text)
     if problem:
         raise argparse.ArgumentTypeError(f"{text!r} is {problem}")
     return text
@@ -101,10 +100,9 @@ def text_value(text: str) -> str:
 def queue_value(text: str) -> str:
     """A queue to pause or resume: a name a queue can have (its row is created if need be)."""
     text_value(text)
-    if not text or len(text) > 100 or ":" in text or "," in text:
+    if not validate.is_queue_name(text):
         raise argparse.ArgumentTypeError(
-            f"{text[:120]!r} is not a queue name: queue names are 1-100 characters "
-            "without ':' or ','"
+            f"{text[:120]!r} is not a queue name: queue names are {validate.queue_name_rule()}"
         )
     return text
 

@@ -10,20 +10,17 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import OperationalError, ProgrammingError
 
+from durable_jobs import validate
 from durable_jobs.exceptions import ImproperlyConfiguredQueue
+from durable_jobs.limits import MAX_SECONDS
 from durable_jobs.worker import Worker
 from durable_jobs.worker.config import parse_queue_spec
 from durable_jobs.worker.node import NodeNameTaken
 
-#: The longest lease, poll interval or grace period accepted (a year): "inf" or "1e300"
-#: would overflow the worker's datetime arithmetic at its first claim.
-MAX_SECONDS = 365 * 86400.0
-
 
 def positive_float(value: str) -> float:
     number = float(value)
-    # "not <" also refuses NaN, which every comparison would let through.
-    if not 0 < number <= MAX_SECONDS:
+    if validate.seconds_problem(number):
         raise argparse.ArgumentTypeError(
             f"{value!r} is not a number of seconds > 0 and at most {MAX_SECONDS:g}"
         )
@@ -32,7 +29,7 @@ def positive_float(value: str) -> float:
 
 def grace_seconds(value: str) -> float:
     number = float(value)
-    if not 0 <= number <= MAX_SECONDS:
+    if validate.seconds_problem(number, zero=True):
         raise argparse.ArgumentTypeError(
             f"{value!r} is not a number of seconds >= 0 and at most {MAX_SECONDS:g}"
         )

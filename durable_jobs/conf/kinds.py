@@ -1,0 +1,238 @@
+"""What a setting's value may be: one kind per shape of setting, with its check messages
+and the typed value it becomes (see the table in :mod:`durable_jobs.conf`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Generic, NamedTuple, TypeVar
+
+from django.db import connections
+
+from durable_jobs import limits, validate
+from durable_jobs.flow.rates import InvalidRate, parse_rate
+
+T = TypeVar("T")
+
+
+class Problem(NamedTuple):
+    """One way a value breaks its rule."""
+
+    message: str
+    #: None: the setting's own hint.
+    hint: str | None = None
+    #: None: the setting's own check id.
+    id: str | None = None
+
+
+@dataclass(frozen=True)
+class QueueOptions:
+    name: str
+    concurrency: int
+    global_concurrency: int | None = None
+    rate: str | None = None
+
+
+class Kind(Generic[T]):
+    """A setting's rule: the check messages for a raw value, and its typed value."""
+
+    def problems(self, key: str, value: Any) -> list[Problem]:
+        """Each way ``value`` breaks the rule; none when it keeps it."""
+        raise NotImplementedError
+
+    def convert(self, value: Any) -> T:
+        raise NotImplementedError
+
+
+class Seconds(Kind[float]):
+    def __init__(self, *, zero: bool = False) -> None:
+        self.zero = zero
+
+    def problems(self, key: str, value: Any) -> list[Problem]:
+        problem = validate.seconds_problem(value, zero=self.zero)
+        return [Problem(f"{key} {problem} (got {value!r}).")] if problem else []
+
+    def convert(self, value: Any) -> float:
+        return float(value)
+
+
+class Days(Kind["float | None"]):
+    def problems(self, key: str, value: Any) -> list[Problem]:
+        # "not <=" also refuses NaN; inf would crash every worker's pruner.
+        if value is None or (validate.is_number(value) and 0 < value <= limits.MAX_PRUNE_DAYS):
+            return []
+        return [
+            Problem(
+                f"{key} must be a positive number of at most {limits.MAX_PRUNE_DAYS} or None "
+                f"(got {value!r})."
+            )
+        ]
+
+    def convert(self, value: Any) -> float | None:
+        return None if value is None else float(value)
+
+
+class Retries(Kind[int]):
+    def problems(self, key: str, value: Any) -> list[Problem]:
+        # The column's limit: a larger default would make every enqueue fail.
+        if validate.is_retries(value):
+            return []
+        return [Problem(f"{key} must be {validate.RETRIES_RULE} (got {value!r}).")]
+
+    def convert(self, value: Any) -> int:
+        return int(value)
+
+
+class Flag(Kind[bool]):
+    def problems(self, key: str, value: Any) -> list[Problem]:
+        if isinstance(value, bool):
+            return []
+        return [Problem(f"{key} must be True or False (got {value!r}).")]
+
+    def convert(self, value: Any) -> bool:
+        return bool(value)
+
+
+class Fragments(Kind["tuple[str, ...]"]):
+    """Fragments of payload keys, matched case-insensitively."""
+
+    def problems(self, key: str, value: Any) -> list[Problem]:
+        if isinstance(value, list | tuple) and all(isinstance(k, str) and k for k in value):
+            return []
+        return [Problem(f"{key} must be a list of non-empty strings.")]
+
+    def convert(self, value: Any) -> tuple[str, ...]:
+        return tuple(k.lower() for k in value)
+
+
+class Channel(Kind[str]):
+    """A PostgreSQL LISTEN/NOTIFY channel: ``pg_notify()`` refuses names over 63 bytes."""
+
+    def problems(self, key: str, value: Any) -> list[Problem]:
+        if (
+            isinstance(value, str)
+            and value
+            and len(value.encode("utf-8", "replace")) <= 63
+            and not validate.text_problem(value)
+        ):
+            return []
+        return [Problem(f"{key} must be a non-empty string of at most 63 bytes (got {value!r}).")]
+
+    def convert(self, value: Any) -> str:
+        return str(value)
+
+
+class Alias(Kind["str | None"]):
+    """None, or a PostgreSQL alias of ``DATABASES``."""
+
+    def problems(self, key: str, value: Any) -> list[Problem]:
+        if value is None:
+            return []
+        if not isinstance(value, str) or value not in connections.settings:
+            return [Problem(f"{key} must be None or an alias in DATABASES (got {value!r}).")]
+        if connections[value].vendor != "postgresql":
+            return [
+                Problem(
+                    f"{key} {value!r} is not a PostgreSQL database; only PostgreSQL has "
+                    "LISTEN/NOTIFY.",
+                    hint="Point it at a PostgreSQL alias (the same server as the jobs), or leave "
+                    "it None.",
+                )
+            ]
+        return []
+
+    def convert(self, value: Any) -> str | None:
+        return value
+
+
+class Declarations(Kind["Mapping[str, Any]"]):
+    """A dict of declarations (each entry is checked by its area: see schedules.check)."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+
+    def problems(self, key: str, value: Any) -> list[Problem]:
+        return [] if isinstance(value, dict) else [Problem(f"{key} must be a dict of {self.what}.")]
+
+    def convert(self, value: Any) -> Mapping[str, Any]:
+        return value
+
+
+class Queues(Kind["dict[str, QueueOptions]"]):
+    """Queue name -> options (``concurrency``, ``global_concurrency``, ``rate``)."""
+
+    OPTIONS = ("concurrency", "global_concurrency", "rate")
+
+    def problems(self, key: str, value: Any) -> list[Problem]:
+        if not isinstance(value, dict) or not value:
+            return [
+                Problem(
+                    f"{key} must be a non-empty dict of queue name -> options.",
+                    hint='For example "QUEUES": {"default": {"concurrency": 10}}.',
+                )
+            ]
+        found = []
+        for name, options in value.items():
+            if not validate.is_queue_name(name):
+                hint = f"Queue names are {validate.queue_name_rule()}."
+                found.append(Problem(f"Queue name {name!r} is invalid.", hint=hint))
+                continue
+            options = {} if options is None else options
+            concurrency = options.get("concurrency", 10) if isinstance(options, dict) else None
+            if not validate.whole(concurrency) or concurrency < 1:
+                found.append(
+                    Problem(
+                        f"Queue {name!r}: concurrency must be an integer >= 1 (got "
+                        f"{concurrency!r}).",
+                        hint=f'For example "QUEUES": {{"{name}": {{"concurrency": 10}}}}.',
+                    )
+                )
+                continue
+            found += self.limit_problems(name, options)
+        return found
+
+    def limit_problems(self, name: str, options: dict[str, Any]) -> list[Problem]:
+        found = []
+        unknown = sorted(set(options) - set(self.OPTIONS))
+        if unknown:
+            found.append(
+                Problem(
+                    f"Queue {name!r}: unknown option(s) {', '.join(map(repr, unknown))}.",
+                    hint="Queue options are concurrency (per node), global_concurrency and rate.",
+                    id="durable_jobs.E012",
+                )
+            )
+        limit = options.get("global_concurrency")
+        if not validate.is_global_concurrency(limit):
+            found.append(
+                Problem(
+                    f"Queue {name!r}: global_concurrency must be an integer >= 1 or None "
+                    f"(got {limit!r}).",
+                    hint="It caps the leased jobs of the queue across every node.",
+                    id="durable_jobs.E012",
+                )
+            )
+        rate = options.get("rate")
+        if rate is not None:
+            try:
+                parse_rate(rate)
+            except InvalidRate as exc:
+                found.append(
+                    Problem(
+                        f"Queue {name!r}: {exc}.",
+                        hint='For example "rate": "30/1m" (at most 30 starts per sliding minute).',
+                        id="durable_jobs.E013",
+                    )
+                )
+        return found
+
+    def convert(self, value: Any) -> dict[str, QueueOptions]:
+        return {
+            name: QueueOptions(
+                name=name,
+                concurrency=int((options or {}).get("concurrency", 10)),
+                global_concurrency=(options or {}).get("global_concurrency"),
+                rate=(options or {}).get("rate"),
+            )
+            for name, options in value.items()
+        }
