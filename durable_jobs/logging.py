@@ -28,7 +28,6 @@ logger = logging.getLogger("durable_jobs")
 #: Records logged by handlers through ``context.logger``.
 job_logger = logging.getLogger("durable_jobs.job")
 
-JOB_FIELDS = ("job_id", "queue", "name", "attempt", "state", "node", "duration_ms", "error")
 #: LogRecord attribute -> field name in JSON output (``name`` is taken on a LogRecord).
 RECORD_RENAMES = {"job_name": "name"}
 

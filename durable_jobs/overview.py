@@ -28,18 +28,13 @@ from django.utils import timezone
 
 from durable_jobs.lifecycle.states import FINAL, UNFINISHED, State
 from durable_jobs.models import FAILED_OUTCOMES, Attempt, Job, Node, Queue
+from durable_jobs.serializers import iso
 
 #: The most index entries one figure reads.
 CAP = 100_000
 #: Finished jobs and error groups are counted over this recent window.
 FINISHED_WINDOW = datetime.timedelta(hours=24)
-#: Throughput and the failure rate.
-RATE_WINDOW = datetime.timedelta(hours=1)
 ERROR_GROUPS = 10
-
-
-def iso(value: datetime.datetime | None) -> str | None:
-    return value.isoformat() if value else None
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,8 @@ from django.utils.html import format_html
 
 from durable_jobs.admin.display import badge, pretty_json, progress_bar
 from durable_jobs.admin.filters import SafeLookupsMixin
-from durable_jobs.insights import batch_to_dict
 from durable_jobs.models import Batch
+from durable_jobs.serializers import batch_to_dict
 
 BATCH_FIELDS = (
     "id",

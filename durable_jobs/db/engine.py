@@ -10,7 +10,8 @@ Engines execute, they do not decide: which jobs a claim may take (pauses, rates,
 concurrency keys) is decided in :mod:`durable_jobs.flow.limits`, and what an outcome
 means in :mod:`durable_jobs.lifecycle.outcomes`. An engine imports nothing above the
 models and the lifecycle's vocabulary (:mod:`~durable_jobs.lifecycle.states`,
-:mod:`~durable_jobs.lifecycle.sql`).
+:mod:`~durable_jobs.lifecycle.sql`), besides the leaf modules ``conf``, ``limits`` and
+``exceptions``.
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ from durable_jobs.models import Job, Queue
 UNLIMITED = 1 << 30
 
 
-def claim(engine: Engine, request: ClaimRequest, *, limited: bool) -> list[Job]:
+def claim_within_limits(engine: Engine, request: ClaimRequest, *, limited: bool) -> list[Job]:
     """Lease up to ``request.limit`` jobs of the queue for ``request.node_id``, best first.
 
     ``limited``: the queue has global limits (as its worker last heard), so the claim

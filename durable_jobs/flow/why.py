@@ -51,9 +51,9 @@ def explain(job: Job, *, now: datetime.datetime | None = None) -> list[Reason]:
                 {"available_at": job.available_at.isoformat()},
             )
         )
-    control = Queue.objects.using(using).filter(name=job.queue).first()
-    if control is not None:
-        reasons += _queue_reasons(control, now)
+    queue_row = Queue.objects.using(using).filter(name=job.queue).first()
+    if queue_row is not None:
+        reasons += _queue_reasons(queue_row, now)
     if job.concurrency_key:
         reasons += _key_reasons(job)
     if not serving_nodes(using=using, now=now).get(job.queue):
@@ -97,45 +97,45 @@ def _not_waiting(job: Job) -> Reason:
     )
 
 
-def _queue_reasons(control: Queue, now: datetime.datetime) -> list[Reason]:
+def _queue_reasons(queue_row: Queue, now: datetime.datetime) -> list[Reason]:
     reasons = []
-    if control.paused:
-        since = f" since {_when(control.paused_at)}" if control.paused_at else ""
+    if queue_row.paused:
+        since = f" since {_when(queue_row.paused_at)}" if queue_row.paused_at else ""
         reasons.append(
             Reason(
                 "queue_paused",
-                f"Queue {control.name!r} is paused{since}. Resume it with "
-                f"`manage.py jobs resume {control.name}`.",
-                {"queue": control.name},
+                f"Queue {queue_row.name!r} is paused{since}. Resume it with "
+                f"`manage.py jobs resume {queue_row.name}`.",
+                {"queue": queue_row.name},
             )
         )
-    if control.global_concurrency is not None:
+    if queue_row.global_concurrency is not None:
         leased = (
-            Job.objects.using(control._state.db)
-            .filter(queue=control.name, state=State.LEASED)
+            Job.objects.using(queue_row._state.db)
+            .filter(queue=queue_row.name, state=State.LEASED)
             .count()
         )
-        if leased >= control.global_concurrency:
+        if leased >= queue_row.global_concurrency:
             reasons.append(
                 Reason(
                     "queue_concurrency_full",
-                    f"Queue {control.name!r} already runs {leased} job(s), its global "
-                    f"concurrency limit ({control.global_concurrency}).",
-                    {"leased": leased, "limit": control.global_concurrency},
+                    f"Queue {queue_row.name!r} already runs {leased} job(s), its global "
+                    f"concurrency limit ({queue_row.global_concurrency}).",
+                    {"leased": leased, "limit": queue_row.global_concurrency},
                 )
             )
-    if control.rate_limit and control.rate_period:
+    if queue_row.rate_limit and queue_row.rate_period:
         slot = rates.next_slot(
-            control.rate_window, now.timestamp(), control.rate_limit, control.rate_period
+            queue_row.rate_window, now.timestamp(), queue_row.rate_limit, queue_row.rate_period
         )
         if slot is not None:
             at = datetime.datetime.fromtimestamp(slot, tz=datetime.UTC)
             reasons.append(
                 Reason(
                     "rate_limited",
-                    f"Queue {control.name!r} reached its rate limit ({control.rate}); the next "
+                    f"Queue {queue_row.name!r} reached its rate limit ({queue_row.rate}); the next "
                     f"start is allowed at {_when(at)}.",
-                    {"rate": control.rate, "next_slot_at": at.isoformat()},
+                    {"rate": queue_row.rate, "next_slot_at": at.isoformat()},
                 )
             )
     return reasons

@@ -10,4 +10,7 @@ Include :mod:`durable_jobs.urls` to turn it on; only handlers marked
 - :mod:`durable_jobs.http.arguments`: the JSON body checked against the handler's
   signature, with one error list per argument.
 - :mod:`durable_jobs.http.throttle`: per-user sliding windows, ``throttle="10/1m"``.
+- :mod:`durable_jobs.http.checks`: the system checks of each handler's options.
+
+Public: :mod:`durable_jobs.urls` and the two views; the rest is internal.
 """

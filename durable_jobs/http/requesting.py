@@ -33,10 +33,10 @@ from durable_jobs.exceptions import EnqueueError, UnknownJob
 from durable_jobs.handlers import EnqueueOptions, JobHandler
 from durable_jobs.http import throttle
 from durable_jobs.http.arguments import NON_FIELD_ERRORS, Errors, field_errors
-from durable_jobs.insights import iso
 from durable_jobs.lifecycle.states import State
 from durable_jobs.models import Job, JobRequest
 from durable_jobs.redaction import redact
+from durable_jobs.serializers import iso
 
 
 class Refusal(Exception):

@@ -36,9 +36,9 @@ EVENT_LEVELS = {
 
 
 def write(settlements: Sequence[Settlement], *, using: str | None = None) -> list[bool]:
-    """Write the outcomes (in the caller's transaction, if there is one); return which were
-    written. All or nothing: if the database refuses one, the error propagates and none
-    is written. Call :func:`after_commit` once they are committed."""
+    """Write the outcomes (in the caller's transaction, if there is one; else each
+    statement commits on its own); return which were written. If the database refuses
+    one, the error propagates. Call :func:`after_commit` once they are committed."""
     return settle(settlements, using=using)
 
 

@@ -68,7 +68,7 @@ def claim(
     if limit <= 0:
         return []
     request = ClaimRequest(queue, limit, node_id, lease_seconds)
-    return limits.claim(engine_for(using), request, limited=limited)
+    return limits.claim_within_limits(engine_for(using), request, limited=limited)
 
 
 def settle(settlements: Sequence[Settlement], *, using: str | None = None) -> list[bool]:

@@ -6,7 +6,7 @@ the lease length, never the worker itself. A worker runs its services on a threa
 of their own, so that a prune or a schedule tick never delays a claim; ``Scheduler``
 runs the schedule tick with the same harness.
 
-A :class:`django.db.DatabaseError` from a service is logged and the service runs again
+A database error (:class:`django.db.Error`) from a service is logged and the service runs again
 at its next interval; any other exception stops the harness and is reported to its
 owner (a worker then stops: a broken service must not go unnoticed).
 """

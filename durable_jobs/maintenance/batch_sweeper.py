@@ -1,5 +1,5 @@
 """Finishes batches whose last job became final without the check running (its worker
-died between the acknowledgement and the check, or an operator finished the job)."""
+died between writing the outcome and the check, or the check met a database error)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,11 @@
-"""The scheduler heartbeat: turn due occurrences into jobs, then move each schedule on.
+"""The schedule tick (the scheduler heartbeat): turn due occurrences into jobs, then move
+each schedule on.
 
 It never calls a handler. Each occurrence becomes a job with the idempotency key
-``schedule:<id>:<scheduled time in UTC ISO>``: duplicate heartbeats (several nodes, a
+``schedule:<id>:<scheduled time in UTC ISO>``: duplicate ticks (several nodes, a
 restart, two at once) insert nothing the second time, because the database's unique
 constraint decides. On PostgreSQL, due schedules are also locked with SKIP LOCKED so
-concurrent heartbeats share the work instead of repeating it.
+concurrent ticks share the work instead of repeating it.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ logger = logging.getLogger("durable_jobs.schedules")
 BATCH = 100
 #: Waits before a failed enqueue is tried again: 5 s, 10 s, 20 s, ... up to 5 minutes.
 RETRY = Doubling(5.0, 300.0)
-#: Missed occurrences examined at most per schedule and heartbeat (a minutely cron
+#: Missed occurrences examined at most per schedule and tick (a minutely cron
 #: after a month of downtime is not worth walking minute by minute).
 MAX_MISSED = 10_000
 
@@ -59,7 +60,7 @@ def tick(now: datetime.datetime | None = None, *, using: str | None = None) -> T
     due_now = Schedule.objects.using(engine.alias).filter(
         Q(retry_at__isnull=True) | Q(retry_at__lte=now), enabled=True, next_run_at__lte=now
     )
-    # A plain read first: most heartbeats find nothing due and need no write lock
+    # A plain read first: most ticks find nothing due and need no write lock
     # (on SQLite the write transaction below would block every other writer).
     if not due_now.exists():
         return result
@@ -69,7 +70,7 @@ def tick(now: datetime.datetime | None = None, *, using: str | None = None) -> T
             due = due_now
             if cursor is not None:
                 # Keyset pagination: a schedule that failed keeps its next_run_at and must
-                # not be read again in this heartbeat.
+                # not be read again in this tick.
                 due = due.filter(
                     Q(next_run_at__gt=cursor[0]) | Q(next_run_at=cursor[0], pk__gt=cursor[1])
                 )

@@ -1,6 +1,6 @@
 """``manage.py jobs``: inspect jobs and act on them from a terminal or a script.
 
-Every read has ``--json`` (the keys of :func:`durable_jobs.insights.job_to_dict`);
+Every read has ``--json`` (the keys of :func:`durable_jobs.serializers.job_to_dict`);
 every write goes through the state machine (:mod:`durable_jobs.actions`).
 """
 
@@ -19,7 +19,7 @@ from django.db import OperationalError, ProgrammingError
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from durable_jobs import actions, insights, overview, validate
+from durable_jobs import actions, overview, serializers, validate
 from durable_jobs.flow import queues as flow_queues
 from durable_jobs.flow.why import explain
 from durable_jobs.lifecycle.states import State
@@ -223,7 +223,7 @@ class Command(BaseCommand):
         jobs = self.matching(options).select_related("leased_by").order_by("-pk")
         jobs = jobs[: max(options["limit"], 0)]
         if options.get("json"):
-            return emit_json(self.stdout, [insights.job_to_dict(j) for j in jobs])
+            return emit_json(self.stdout, [serializers.job_to_dict(j) for j in jobs])
         rows = [
             [str(j.pk), j.name, j.queue, j.state, f"{j.attempts}/{j.max_retries + 1}",
              f"{j.created_at:%Y-%m-%d %H:%M:%S}", (j.last_error.splitlines() or [""])[0][:60]]
@@ -239,7 +239,7 @@ class Command(BaseCommand):
         job = Job.objects.select_related("leased_by").filter(pk=options["id"]).first()
         if job is None:
             raise CommandError(f"No job with id {options['id']}.")
-        data = insights.job_to_dict(job, attempts=True)
+        data = serializers.job_to_dict(job, attempts=True)
         if options.get("json"):
             return emit_json(self.stdout, data)
         attempts = data.pop("attempts_detail")
@@ -285,7 +285,7 @@ class Command(BaseCommand):
             self.stdout.write(f"- {reason.message}")
 
     def do_queues(self, options: dict[str, Any]) -> None:
-        data = insights.queues()
+        data = serializers.queues()
         if options.get("json"):
             return emit_json(self.stdout, data)
         rows = [[q["name"], "paused" if q["paused"] else "running", q["rate"] or "-",
@@ -301,7 +301,7 @@ class Command(BaseCommand):
         rows_qs = Batch.objects.order_by("-pk")
         if options["open"]:
             rows_qs = rows_qs.filter(finished_at__isnull=True)
-        data = [insights.batch_to_dict(b) for b in rows_qs[: max(options["limit"], 0)]]
+        data = [serializers.batch_to_dict(b) for b in rows_qs[: max(options["limit"], 0)]]
         if options.get("json"):
             return emit_json(self.stdout, data)
         rows = [[str(b["id"]), b["name"], f"{b['done']}/{b['total']}", b["status"],
@@ -396,7 +396,7 @@ class Command(BaseCommand):
     # -- helpers ----------------------------------------------------------------------------
 
     def matching(self, options: dict[str, Any]) -> QuerySet[Job]:
-        return insights.filtered(
+        return serializers.filtered(
             state=options.get("state"),
             queue=options.get("queue"),
             name=options.get("name"),

@@ -11,11 +11,11 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import OperationalError, ProgrammingError
 
 from durable_jobs.exceptions import DurableJobsError
-from durable_jobs.insights import iso
 from durable_jobs.management.output import emit_json, table
 from durable_jobs.models import CatchUp, Schedule
 from durable_jobs.redaction import redact
 from durable_jobs.schedules.expressions import get_zone
+from durable_jobs.serializers import iso
 
 
 def schedule_to_dict(schedule: Schedule) -> dict[str, Any]:
