@@ -104,3 +104,22 @@ def test_the_scheduler_ticks_in_the_same_harness(settings) -> None:
     finally:
         scheduler.stop()
     assert Schedule.objects.get().run_count >= 1
+
+
+class BrokenAtOnce:
+    name = "broken at once"
+
+    def interval(self, context: MaintenanceContext) -> float:
+        return 60.0
+
+    def run(self, context: MaintenanceContext) -> None:
+        raise RuntimeError("cannot even start")
+
+
+def test_a_service_that_fails_before_the_first_claim_leaves_nothing_behind() -> None:
+    job = jobs.add.delay(a=3)
+    worker = Worker({"default": 1}, maintenance=[BrokenAtOnce()])
+    with pytest.raises(RuntimeError, match="cannot even start"):
+        worker.run()
+    assert not Node.objects.exists()
+    assert Job.objects.get(pk=job.pk).state == State.QUEUED  # nothing was claimed

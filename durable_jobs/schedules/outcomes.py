@@ -11,7 +11,7 @@ def record_job_outcome(sender: Any, *, job: Job, attempt: Attempt, **kwargs: Any
     schedule_id = job.schedule_info.get("id")
     if not schedule_id:
         return
-    mine = Schedule.objects.filter(pk=schedule_id, last_job_id=job.pk)
+    mine = Schedule.objects.using(job._state.db).filter(pk=schedule_id, last_job_id=job.pk)
     mine.update(
         last_duration_ms=round(attempt.duration.total_seconds() * 1000, 3),
         last_error=attempt.error_message,

@@ -99,7 +99,6 @@ class Worker(GracefulStop):
         self.started = threading.Event()
         #: What stopped the worker, if it failed (a thread's or a maintenance service's).
         self.failure: BaseException | None = None
-
         self.wake = LoopWake()
         self.running = RunningJobs(self.queues, self.wake)
         self.outbox = Outbox(self.engine, self.stats)
@@ -125,11 +124,12 @@ class Worker(GracefulStop):
 
     def run(self) -> int:
         """Run until stopped (or, in burst mode, until nothing is left); return an exit code."""
-        self._start()
         try:
+            self._start()
             self._loop()
         finally:
-            self._shutdown()
+            if hasattr(self, "node"):  # registered: leave no row, thread or lease behind
+                self._shutdown()
         if self.failure is not None:
             raise self.failure
         return 0
