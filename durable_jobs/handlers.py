@@ -13,7 +13,7 @@ from durable_jobs import payload as payloads
 from durable_jobs import registry, validate
 from durable_jobs.backoff import Backoff, backoff_from
 from durable_jobs.exceptions import EnqueueError
-from durable_jobs.flow.unique import Unique
+from durable_jobs.flow.unique import Unique, with_defaults
 
 if TYPE_CHECKING:
     from durable_jobs.models import Job
@@ -153,8 +153,6 @@ class JobHandler(Generic[P, R]):
         if isinstance(spec, str):
             key: Any = spec
         else:
-            from durable_jobs.flow.unique import with_defaults
-
             try:
                 # With defaults filled in, as Unique sees them: the function may rely on
                 # every parameter being there.

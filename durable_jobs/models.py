@@ -15,6 +15,8 @@ from django.db.models import Q
 from django.utils import timezone
 from django.utils.timezone import now
 
+from durable_jobs.conf import get_settings
+from durable_jobs.flow.rates import format_rate
 from durable_jobs.lifecycle.states import CLAIMABLE, FINAL, State
 
 
@@ -62,8 +64,6 @@ class Node(models.Model):
     def live_after(now: datetime.datetime | None = None) -> datetime.datetime:
         """A node is live while its last heartbeat is more recent than this: one lease
         period, after which its jobs are rescued by others."""
-        from durable_jobs.conf import get_settings
-
         return (now or timezone.now()) - datetime.timedelta(seconds=get_settings().lease_seconds)
 
 
@@ -105,8 +105,6 @@ class Queue(models.Model):
 
     @property
     def rate(self) -> str:
-        from durable_jobs.flow.rates import format_rate
-
         return format_rate(self.rate_limit, self.rate_period)
 
 

@@ -26,6 +26,7 @@ from django.db.models import Count, F, Max, Q, QuerySet
 from django.db.models.functions import TruncMinute
 from django.utils import timezone
 
+from durable_jobs.flow.queues import declared
 from durable_jobs.lifecycle.states import FINAL, UNFINISHED, State
 from durable_jobs.models import FAILED_OUTCOMES, Attempt, Job, Node, Queue
 from durable_jobs.serializers import iso
@@ -97,8 +98,6 @@ def declared_queues(seen: Iterable[str] = ()) -> list[str]:
     Not :func:`durable_jobs.flow.queues.known`, which also reads every waiting job's
     queue: a backlog of millions would make that the slowest read of the page.
     """
-    from durable_jobs.flow.queues import declared
-
     return sorted(set(declared()) | set(seen))
 
 

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from durable_jobs.conf import get_settings
+
 MASK = "********"
 
 
 def is_secret_key(key: str, keys: tuple[str, ...] | None = None) -> bool:
     if keys is None:
-        from durable_jobs.conf import get_settings
-
         keys = get_settings().redact_keys
     lowered = key.lower()
     return any(part in lowered for part in keys)
@@ -19,8 +19,6 @@ def is_secret_key(key: str, keys: tuple[str, ...] | None = None) -> bool:
 def redact(value: Any, keys: tuple[str, ...] | None = None) -> Any:
     """A copy of ``value`` with the values of secret-looking keys masked, at any depth."""
     if keys is None:
-        from durable_jobs.conf import get_settings
-
         keys = get_settings().redact_keys
     if isinstance(value, dict):
         return {

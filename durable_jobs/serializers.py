@@ -10,6 +10,8 @@ from typing import Any
 
 from django.db.models import Count, QuerySet
 
+from durable_jobs.flow.batches import progress
+from durable_jobs.flow.queues import known, serving_nodes
 from durable_jobs.lifecycle.states import FINAL, UNFINISHED, State
 from durable_jobs.models import Batch, Job, Queue
 from durable_jobs.redaction import redact
@@ -66,8 +68,6 @@ def job_to_dict(job: Job, *, attempts: bool = False) -> dict[str, Any]:
 
 def queues() -> list[dict[str, Any]]:
     """Every known queue: paused or not, its limits, waiting and leased counts, live nodes."""
-    from durable_jobs.flow.queues import known, serving_nodes
-
     rows = {q.name: q for q in Queue.objects.all()}
     counts: dict[str, dict[str, int]] = {}
     for row in (
@@ -98,8 +98,6 @@ def queues() -> list[dict[str, Any]]:
 
 def batch_to_dict(batch: Batch) -> dict[str, Any]:
     """A batch's progress: jobs per state while open, final counts once finished."""
-    from durable_jobs.flow.batches import progress
-
     per_state = batch.counts if batch.is_finished else progress(batch)
     done = sum(n for state, n in per_state.items() if state in FINAL)
     return {

@@ -22,6 +22,7 @@ from django.utils.dateparse import parse_datetime
 from django.utils.functional import cached_property
 
 from durable_jobs import overview
+from durable_jobs.flow.queues import declared
 from durable_jobs.models import FAILED_OUTCOMES, Attempt, Job
 from durable_jobs.registry import all_handlers
 from durable_jobs.validate import text_problem
@@ -70,8 +71,6 @@ class QueueFilter(admin.SimpleListFilter):
     parameter_name = "queue"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        from durable_jobs.flow.queues import declared
-
         names = set(declared())
         if self.value():
             names.add(str(self.value()))

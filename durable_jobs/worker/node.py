@@ -8,6 +8,7 @@ from datetime import timedelta
 
 from django.utils import timezone
 
+from durable_jobs.db import engine_for
 from durable_jobs.exceptions import DurableJobsError
 from durable_jobs.models import Node
 
@@ -46,8 +47,6 @@ def register_node(
                     f"{existing.last_heartbeat_at:%H:%M:%S} UTC). Choose another --name, or "
                     "omit it for a generated one."
                 )
-            from durable_jobs.db import engine_for
-
             with engine_for(using).write_transaction():
                 existing.delete()
     return Node.objects.using(using).create(
