@@ -26,14 +26,15 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from django.core.checks import CheckMessage
-from django.db import connections
+from django.db import connections, models
 from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.models import signals as model_signals
 from django.utils import timezone
 
 from durable_jobs.db import rows
 from durable_jobs.lifecycle.sql import LEASED, state_list
 from durable_jobs.lifecycle.states import CLAIMABLE, FINAL, State
-from durable_jobs.models import Job, Node, Queue
+from durable_jobs.models import Attempt, Job, JobRequest, Node, Queue
 
 if TYPE_CHECKING:
     from durable_jobs.lifecycle.outcomes import Settlement
@@ -65,6 +66,9 @@ class Listener(Protocol):
     def close(self) -> None: ...
 
 
+#: Ids per DELETE statement (SQLite allows 999 parameters).
+DELETE_CHUNK = 500
+
 #: Keyed jobs whose key already has ``concurrency_limit`` leased holders are not picked.
 KEY_FILTER = """
     AND (job.concurrency_key IS NULL OR (
@@ -72,6 +76,16 @@ KEY_FILTER = """
         WHERE holder.concurrency_key = job.concurrency_key AND holder.state IN ({leased})
     ) < job.concurrency_limit)
 """
+
+
+def _plain_delete_is_enough() -> bool:
+    """Whether deleting a job's attempts and requests, then the job, deletes all Django would:
+    no delete signal has receivers and no other model points at jobs."""
+    dependents = {relation.related_model for relation in Job._meta.related_objects}
+    signals = (model_signals.pre_delete, model_signals.post_delete)
+    return dependents <= {Attempt, JobRequest} and not any(
+        signal.has_listeners(Job) for signal in signals
+    )
 
 
 @functools.cache
@@ -234,8 +248,29 @@ class Engine(abc.ABC):
             return None
         with self.write_transaction():
             # The conditions again: a job retried by an operator since the read stays.
-            deleted = finished.filter(pk__in=ids).delete()[1]
-        return deleted.get(Job._meta.label, 0)
+            ids = list(finished.filter(pk__in=ids).values_list("pk", flat=True))
+            if not _plain_delete_is_enough():
+                # Let Django's collector send the project's signals, or follow its relations.
+                return finished.filter(pk__in=ids).delete()[1].get(Job._meta.label, 0)
+            # Plain DELETEs of the dependent rows and then of the jobs: the collector would
+            # build a model instance of every job first, while the batch holds SQLite's
+            # write lock (and the GIL of the worker's process).
+            Attempt.objects.using(self.alias).filter(job_id__in=ids).delete()
+            JobRequest.objects.using(self.alias).filter(job_id__in=ids).delete()
+            return self.delete_rows(Job, ids)
+
+    def delete_rows(self, model: type[models.Model], ids: Sequence[int]) -> int:
+        """``DELETE`` the rows of ``model`` with these ids (their dependents already gone)."""
+        qn = self.connection.ops.quote_name
+        table, pk = qn(model._meta.db_table), qn(str(model._meta.pk.column))
+        deleted = 0
+        with self.connection.cursor() as cursor:
+            for start in range(0, len(ids), DELETE_CHUNK):
+                chunk = ids[start : start + DELETE_CHUNK]
+                marks = ", ".join(["%s"] * len(chunk))
+                cursor.execute(f"DELETE FROM {table} WHERE {pk} IN ({marks})", chunk)
+                deleted += cursor.rowcount
+        return deleted
 
     def forget_nodes(self, silent_since: datetime) -> None:
         """Delete the rows of nodes whose last heartbeat is older than ``silent_since``."""
