@@ -12,7 +12,7 @@ import dataclasses
 import datetime
 import logging
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from durable_jobs import registry
 from durable_jobs.backoff import exponential
@@ -22,6 +22,9 @@ from durable_jobs.lifecycle.errors import clean_text, describe_error
 from durable_jobs.lifecycle.states import State
 from durable_jobs.limits import MAX_SECONDS
 from durable_jobs.models import Attempt, Job, Outcome
+
+if TYPE_CHECKING:
+    from durable_jobs.handlers import JobHandler
 
 logger = logging.getLogger("durable_jobs")
 
@@ -41,6 +44,8 @@ class RunResult:
     error: BaseException | None = None
     snooze_seconds: float = 0.0
     log_lines: list[str] = field(default_factory=list)
+    #: The job's handler, as the worker looked it up (None: not known here, or not looked up).
+    handler: JobHandler[..., Any] | None = None
 
     @property
     def duration(self) -> datetime.timedelta:
@@ -127,7 +132,7 @@ def decide(result: RunResult, *, node: str) -> Settlement:
         settlement.finished_at, settlement.last_error = now, error_message
     else:
         settlement.target, settlement.event = State.RETRYING, "retried"
-        delay = datetime.timedelta(seconds=retry_delay(job))
+        delay = datetime.timedelta(seconds=retry_delay(job, result.handler))
         settlement.available_at, settlement.last_error = now + delay, error_message
     return settlement
 
@@ -138,6 +143,7 @@ def unreported(
     now: datetime.datetime,
     outcome: Outcome,
     error: BaseException | None = None,
+    handler: JobHandler[..., Any] | None = None,
 ) -> RunResult:
     """A result the handler did not return itself: its lease expired (``LOST``), its worker
     stopped (``INTERRUPTED``), or the worker recorded a timeout or a thread's exit."""
@@ -149,9 +155,8 @@ def unreported(
     elif error is None:
         error = WorkerStopped("the worker stopped before the job finished; the job was handed back")
     started = job.attempted_at or now
-    return RunResult(
-        job=job, outcome=outcome, started_at=started, finished_at=max(now, started), error=error
-    )
+    finished = max(now, started)
+    return RunResult(job, outcome, started, finished, error=error, handler=handler)
 
 
 def stripped(settlement: Settlement) -> Settlement:
@@ -173,10 +178,11 @@ def stripped(settlement: Settlement) -> Settlement:
     return plain
 
 
-def retry_delay(job: Job) -> float:
-    """Seconds before the next attempt, from the handler's backoff (default: exponential)."""
+def retry_delay(job: Job, handler: JobHandler[..., Any] | None = None) -> float:
+    """Seconds before the next attempt, from the handler's backoff (default: exponential);
+    the handler is looked up by name unless given."""
     try:
-        backoff = registry.get_handler(job.name).backoff
+        backoff = (handler or registry.get_handler(job.name)).backoff
     except UnknownJob:
         backoff = exponential
     try:

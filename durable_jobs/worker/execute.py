@@ -48,7 +48,7 @@ def execute(
     outcome, value, snooze = Outcome.COMPLETED, None, 0.0
     error: BaseException | None = None
     try:
-        handler = handler or registry.get_handler(job.name)
+        handler = handler or registry.get_handler(job.name)  # once per job, with the worker
         kwargs = bind_stored(job.name, handler.signature, job.payload)
         if handler.takes_context:
             context = JobContext(job=job, logger=adapter, lease_seconds=lease_seconds)
@@ -81,6 +81,7 @@ def execute(
         error=error,
         snooze_seconds=snooze,
         log_lines=adapter.lines,
+        handler=handler,
     )
 
 

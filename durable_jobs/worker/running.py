@@ -15,10 +15,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from django.utils import timezone
+
 from durable_jobs import registry
 from durable_jobs.exceptions import UnknownJob
+from durable_jobs.lifecycle import outcomes
 from durable_jobs.lifecycle.outcomes import RunResult
-from durable_jobs.models import Job
+from durable_jobs.models import Job, Outcome
 from durable_jobs.worker.wakeups import LoopWake
 
 if TYPE_CHECKING:
@@ -50,6 +53,13 @@ class Running:
             grace = ASYNC_TIMEOUT_GRACE if handler is not None and handler.is_async else 0
             deadline = time.monotonic() + job.timeout + grace
         return cls(job=job, handler=handler, deadline=deadline)
+
+    def unreported(self, outcome: Outcome, error: BaseException | None = None) -> RunResult:
+        """A result the handler did not report: the loop's own (timeout, hand-back, loss)."""
+        now = timezone.now()
+        return outcomes.unreported(
+            self.job, now=now, outcome=outcome, error=error, handler=self.handler
+        )
 
 
 class RunningJobs:

@@ -19,7 +19,6 @@ from collections.abc import Mapping, Sequence
 
 from django.db import Error as DatabaseError
 from django.db import connections
-from django.utils import timezone
 
 from durable_jobs import wakeup
 from durable_jobs.db import engine_for
@@ -287,7 +286,7 @@ class Worker(GracefulStop):
             if result is None:
                 # Only an interruption yields no result, and the loop resolves a job before
                 # interrupting it; record a failure rather than ever leave the job leased.
-                result = outcomes.unreported(running.job, now=timezone.now(), outcome=Outcome.LOST)
+                result = running.unreported(Outcome.LOST)
             self._finish(running, result)
 
     def _finish(self, running: Running, result: RunResult) -> None:
@@ -298,10 +297,7 @@ class Worker(GracefulStop):
     def _resolve(self, running: Running, outcome: Outcome, error: BaseException | None) -> None:
         """Record an outcome the handler did not report (a timeout, a hand-back), then stop
         its thread; a late return is ignored."""
-        now = timezone.now()
-        self._finish(
-            running, outcomes.unreported(running.job, now=now, outcome=outcome, error=error)
-        )
+        self._finish(running, running.unreported(outcome, error))
         assert self.pool is not None
         self.pool.interrupt(running)
 
