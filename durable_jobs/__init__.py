@@ -7,7 +7,15 @@ from typing import TYPE_CHECKING, Any
 from durable_jobs.context import JobContext
 from durable_jobs.exceptions import Cancel, Discard, EnqueueError, Snooze, UnknownJob
 from durable_jobs.flow.unique import Unique
-from durable_jobs.handlers import JobHandler, PreparedJob, enqueue, enqueue_many, job
+from durable_jobs.handlers import (
+    JobHandler,
+    PreparedJob,
+    aenqueue,
+    aenqueue_many,
+    enqueue,
+    enqueue_many,
+    job,
+)
 
 __all__ = [
     "Batch",
@@ -21,6 +29,8 @@ __all__ = [
     "Snooze",
     "Unique",
     "UnknownJob",
+    "aenqueue",
+    "aenqueue_many",
     "enqueue",
     "enqueue_many",
     "job",

@@ -1,4 +1,5 @@
 from django.apps import AppConfig
+from django.core.exceptions import ImproperlyConfigured
 from django.db.backends.signals import connection_created
 from django.utils.module_loading import autodiscover_modules
 
@@ -13,6 +14,7 @@ class DurableJobsConfig(AppConfig):
         from durable_jobs.db.lookups import InConstants
         from durable_jobs.db.sqlite import configure_connection
         from durable_jobs.models import Attempt
+        from durable_jobs.resolve import tasks_framework_installed
         from durable_jobs.schedules.outcomes import record_job_outcome
         from durable_jobs.signals import job_finished
 
@@ -20,5 +22,20 @@ class DurableJobsConfig(AppConfig):
         Attempt._meta.get_field("outcome").register_lookup(InConstants)
         connection_created.connect(configure_connection, dispatch_uid="durable_jobs.sqlite")
         job_finished.connect(record_job_outcome, dispatch_uid="durable_jobs.schedule_outcome")
+        if tasks_framework_installed():
+            self.connect_task_finished()
         # Handlers register themselves when each installed app's jobs.py is imported.
         autodiscover_modules("jobs")
+
+    def connect_task_finished(self) -> None:
+        """Send Django's ``task_finished`` when a task's job ends (durable_jobs.backends)."""
+        from durable_jobs.signals import job_finished
+
+        try:
+            from durable_jobs.backends.task_finished import send_task_finished
+        except ImproperlyConfigured:
+            # A Tasks framework whose names durable_jobs does not know (a django-tasks
+            # release it was not built for): only projects that use its backend need it,
+            # and they see the error when the backend is built.
+            return
+        job_finished.connect(send_task_finished, dispatch_uid="durable_jobs.task_finished")

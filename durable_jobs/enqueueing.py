@@ -59,7 +59,8 @@ def build_job(
     unique_states = ""
     if key is None and handler.unique is not None:
         # An explicit idempotency_key wins; it holds for the job's whole life.
-        key = handler.unique.key(handler.name, handler.signature, payload, now)
+        arguments = handler.named_arguments(payload)
+        key = handler.unique.key(handler.name, handler.signature, arguments, now)
         unique_states = handler.unique.stored_states()
     concurrency_key = handler.key_for(payload)
     # Stored as JSON like the payload, with the same rules (a datetime would fail the insert
@@ -86,6 +87,7 @@ def build_job(
         created_at=now,
         updated_at=now,
         meta=meta,
+        task=handler.task_fields(options),
     )
 
 

@@ -51,13 +51,19 @@ class EnqueueError(DurableJobsError, ValueError):
     """The job cannot be enqueued as asked; nothing was written."""
 
 
+class TaskArgumentError(EnqueueError, TypeError):
+    """A Task's arguments fail Django's JSON rules or do not fit its function: a
+    ``TypeError``, as Django's own backends raise, and an :class:`EnqueueError`."""
+
+
 class UnknownJob(DurableJobsError, LookupError):
     """No handler is registered under this name."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, message: str | None = None) -> None:
         self.name = name
         super().__init__(
-            f"No job handler is registered under the name {name!r}. Decorate the function "
+            message
+            or f"No job handler is registered under the name {name!r}. Decorate the function "
             "with @job in an installed app's jobs.py (or give @job(name=...) this name), "
             "and check the spelling."
         )

@@ -9,6 +9,8 @@ import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Generic, Literal, ParamSpec, TypeVar, overload
 
+from asgiref.sync import sync_to_async
+
 from durable_jobs import payload as payloads
 from durable_jobs import registry, validate
 from durable_jobs.backoff import Backoff, backoff_from
@@ -16,6 +18,7 @@ from durable_jobs.exceptions import EnqueueError
 from durable_jobs.flow.unique import Unique, with_defaults
 
 if TYPE_CHECKING:
+    from durable_jobs.context import JobContext
     from durable_jobs.models import Job
 
 #: ``@job(concurrency_key=...)``: a fixed key, or a function of the job's arguments.
@@ -141,6 +144,10 @@ class JobHandler(Generic[P, R]):
         """Enqueue this job with the given keyword arguments; return the ``Job`` row."""
         return ConfiguredJob(self, EnqueueOptions()).delay(*args, **kwargs)
 
+    async def adelay(self, *args: P.args, **kwargs: P.kwargs) -> Job:
+        """``delay()`` for async code (views, consumers): the same checks, the same job."""
+        return await ConfiguredJob(self, EnqueueOptions()).adelay(*args, **kwargs)
+
     def prepare(self, *args: P.args, **kwargs: P.kwargs) -> PreparedJob:
         """A checked enqueue that has not happened yet, for ``enqueue_many`` and ``Batch``."""
         return ConfiguredJob(self, EnqueueOptions()).prepare(*args, **kwargs)
@@ -177,6 +184,29 @@ class JobHandler(Generic[P, R]):
         payloads.check_binds(self.name, self.signature, args, kwargs)
         return payloads.check_json(self.name, kwargs)
 
+    def named_arguments(self, payload: Mapping[str, Any]) -> Mapping[str, Any]:
+        """A stored payload as the handler's parameters by name (what ``unique`` keys on)."""
+        return payload
+
+    def task_fields(self, options: EnqueueOptions) -> dict[str, Any] | None:
+        """What a job of Django's Tasks framework records in ``Job.task``; None for ``@job``."""
+        return None
+
+    def call_arguments(
+        self, job: Job, *, node: str, job_context: Callable[[], JobContext]
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """The positional and keyword arguments of the call that runs ``job``: its stored
+        payload (or PayloadMismatch if it no longer fits), after the context if asked for
+        (``job_context()`` makes it)."""
+        kwargs = payloads.bind_stored(self.name, self.signature, job.payload)
+        if not self.takes_context:
+            return (), kwargs
+        return (job_context(),), kwargs
+
+    def stored_result(self, value: Any) -> Any:
+        """The handler's return value as it is stored (``@job``: as returned)."""
+        return value
+
 
 class ConfiguredJob(Generic[P, R]):
     """A handler with enqueue options applied; returned by :meth:`JobHandler.using`."""
@@ -192,6 +222,10 @@ class ConfiguredJob(Generic[P, R]):
         from durable_jobs.enqueueing import enqueue_job
 
         return enqueue_job(self.handler, self.handler.check_arguments(args, kwargs), self.options)
+
+    async def adelay(self, *args: P.args, **kwargs: P.kwargs) -> Job:
+        # Checked here, so that bad arguments fail without a trip to the database thread.
+        return await self.prepare(*args, **kwargs).adelay()
 
     def prepare(self, *args: P.args, **kwargs: P.kwargs) -> PreparedJob:
         return PreparedJob(self.handler, self.handler.check_arguments(args, kwargs), self.options)
@@ -212,6 +246,11 @@ class PreparedJob:
         from durable_jobs.enqueueing import enqueue_job
 
         return enqueue_job(self.handler, self.payload, self.options)
+
+    async def adelay(self) -> Job:
+        # The thread that runs the caller's other sync_to_async database work: its
+        # connection, and so its transaction, if the caller opened one there.
+        return await sync_to_async(self.delay, thread_sensitive=True)()
 
 
 def enqueue(name: str, payload: Mapping[str, Any] | None = None, **options: Any) -> Job:
@@ -235,6 +274,11 @@ def enqueue(name: str, payload: Mapping[str, Any] | None = None, **options: Any)
     return handler.using(**options).delay(**dict(payload or {}))
 
 
+async def aenqueue(name: str, payload: Mapping[str, Any] | None = None, **options: Any) -> Job:
+    """:func:`enqueue` for async code."""
+    return await sync_to_async(enqueue, thread_sensitive=True)(name, payload, **options)
+
+
 def enqueue_many(jobs: Iterable[PreparedJob], *, using: str | None = None) -> list[Job]:
     """Enqueue many prepared jobs in a few statements and one transaction::
 
@@ -246,6 +290,12 @@ def enqueue_many(jobs: Iterable[PreparedJob], *, using: str | None = None) -> li
     from durable_jobs.enqueueing import insert_many
 
     return insert_many(checked_prepared(jobs), using=using)[0]
+
+
+async def aenqueue_many(jobs: Iterable[PreparedJob], *, using: str | None = None) -> list[Job]:
+    """:func:`enqueue_many` for async code."""
+    prepared = checked_prepared(jobs)
+    return await sync_to_async(enqueue_many, thread_sensitive=True)(prepared, using=using)
 
 
 def checked_prepared(jobs: Iterable[Any]) -> list[PreparedJob]:

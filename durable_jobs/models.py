@@ -39,6 +39,10 @@ FAILED_OUTCOMES: tuple[str, ...] = tuple(
 )
 
 
+#: Attempt outcomes that give the attempt back: they do not count against the job's retries.
+GIVEN_BACK_OUTCOMES = frozenset({Outcome.SNOOZED, Outcome.INTERRUPTED})
+
+
 def _claimable() -> Q:
     return Q(state__in=sorted(CLAIMABLE))
 
@@ -189,6 +193,11 @@ class Job(models.Model):
     progress = models.FloatField(null=True, blank=True)
     last_error = models.TextField(blank=True, default="")
     meta = models.JSONField(default=dict, blank=True)
+    # A job enqueued through Django's Tasks framework: {"backend": alias, "run_after": ISO
+    # text or null}. Its name is the Task's module path; its payload {"args", "kwargs"}.
+    task = models.JSONField(
+        null=True, blank=True, help_text="For a django.tasks job: its backend alias and run_after."
+    )
 
     class Meta:
         ordering = ["-id"]
@@ -268,6 +277,12 @@ class Job(models.Model):
         """Set on a batch's callback job: the batch id, name, total and final counts."""
         info = (self.meta or {}).get("batch")
         return info if isinstance(info, dict) else {}
+
+    @property
+    def task_backend(self) -> str | None:
+        """The ``TASKS`` alias of a job enqueued through Django's Tasks framework, else None."""
+        info = self.task
+        return info.get("backend") if isinstance(info, dict) else None
 
     @property
     def schedule_info(self) -> dict[str, Any]:

@@ -46,6 +46,8 @@ def job_to_dict(job: Job, *, attempts: bool = False) -> dict[str, Any]:
         "result": redact(job.result),
         "last_error": job.last_error,
         "meta": redact(job.meta),
+        # Enqueued through Django's Tasks framework: the Task's path and the TASKS alias.
+        "task": {"path": job.name, "backend": job.task_backend} if job.task_backend else None,
     }
     if attempts:
         data["attempts_detail"] = [

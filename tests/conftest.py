@@ -116,6 +116,20 @@ def wait_until(
 
 
 @pytest.fixture
+def async_connections_closed() -> Iterator[None]:
+    """Close the database connections of asgiref's thread for ``sync_to_async`` calls made
+    outside a request (``asyncio.run(...)`` in a test): that thread outlives the test, and
+    a connection left open there keeps the test database from being dropped."""
+    yield
+    import asyncio
+
+    from asgiref.sync import sync_to_async
+    from django.db import connections
+
+    asyncio.run(sync_to_async(connections.close_all, thread_sensitive=True)())
+
+
+@pytest.fixture
 def worker_processes(tmp_path: Path) -> Iterator[WorkerProcesses]:
     procs = WorkerProcesses(tmp_path)
     try:

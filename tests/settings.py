@@ -12,6 +12,7 @@ import os
 import tempfile
 from pathlib import Path
 
+import django
 import environ
 
 env = environ.Env()
@@ -32,7 +33,10 @@ DATABASES = {"default": env.db("DATABASE_URL", default=f"sqlite:///{SQLITE_PATH}
 _db = DATABASES["default"]
 if _db["ENGINE"].endswith("sqlite3"):
     _db.setdefault("OPTIONS", {})["transaction_mode"] = "IMMEDIATE"
-    _db["TEST"] = {"NAME": str(SQLITE_PATH.with_name(SQLITE_PATH.stem + "_test.sqlite3"))}
+    # Beside the database file: tox's environments (each with its own DATABASE_URL) and
+    # a checkout's own runs never share a test database.
+    _name = Path(_db["NAME"])
+    _db["TEST"] = {"NAME": str(_name.with_name(_name.stem + "_test.sqlite3"))}
 if os.environ.get("DURABLE_JOBS_TEST_DB_NAME"):
     _db["NAME"] = os.environ["DURABLE_JOBS_TEST_DB_NAME"]
 
@@ -47,6 +51,9 @@ INSTALLED_APPS = [
     "durable_jobs",
     "tests.testapp",
 ]
+if django.VERSION < (6, 0):
+    # Django's Tasks framework, from the backport.
+    INSTALLED_APPS.append("django_tasks")
 
 MIDDLEWARE = [
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -82,6 +89,30 @@ DURABLE_JOBS = {
     "HEARTBEAT_SECONDS": 5,
     "POLL_INTERVAL": 0.2,
     "SHUTDOWN_GRACE_SECONDS": 5,
+}
+
+if django.VERSION >= (6, 1):
+    # Email configuration from Django 6.1 (the topic guide's email tasks send mail).
+    MAILERS = {"default": {"BACKEND": "django.core.mail.backends.locmem.EmailBackend"}}
+
+# Django's Tasks framework on durable_jobs (tests/test_tasks_*.py). "other" shows a second
+# alias keeping its own name and OPTIONS.
+TASKS = {
+    "default": {
+        "BACKEND": "durable_jobs.backends.tasks.DurableJobsBackend",
+        "QUEUES": [],
+        "OPTIONS": {"max_retries": 2, "backoff": [0]},
+    },
+    "other": {
+        "BACKEND": "durable_jobs.backends.tasks.DurableJobsBackend",
+        "QUEUES": ["default"],
+        "OPTIONS": {"max_retries": 0},
+    },
+    "strict": {
+        "BACKEND": "durable_jobs.backends.tasks.DurableJobsBackend",
+        "QUEUES": [],
+        "OPTIONS": {"max_retries": 0, "timeout": 1},
+    },
 }
 
 LOGGING = {

@@ -39,7 +39,7 @@ LIST_KEYS = {
     "id", "name", "queue", "state", "priority", "attempts", "max_retries", "payload",
     "idempotency_key", "created_at", "available_at", "attempted_at", "finished_at",
     "lease_expires_at", "node", "progress", "batch_id", "concurrency_key", "unique_in",
-    "result", "last_error", "meta",
+    "result", "last_error", "meta", "task",
 }  # fmt: skip
 ATTEMPT_KEYS = {
     "number", "outcome", "node", "started_at", "finished_at", "duration_ms", "error_class",
@@ -290,7 +290,7 @@ LIST_KEYS_IN_ORDER = (
     "id", "name", "queue", "state", "priority", "attempts", "max_retries", "payload",
     "idempotency_key", "created_at", "available_at", "attempted_at", "finished_at",
     "lease_expires_at", "node", "progress", "batch_id", "concurrency_key", "unique_in",
-    "result", "last_error", "meta",
+    "result", "last_error", "meta", "task",
 )  # fmt: skip
 
 

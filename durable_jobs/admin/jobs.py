@@ -82,6 +82,7 @@ class JobAdmin(SafeLookupsMixin, admin.ModelAdmin):
     actions = ["retry_now", "cancel", "discard", "delete_selected"]
     fieldsets = [
         (None, {"fields": ["id", "name", "queue", "state", "priority", "idempotency_key"]}),
+        ("Django task", {"fields": ["task_path", "task_alias"]}),
         ("Why isn't it running?", {"fields": ["why_waiting"]}),
         (
             "Payload and result",
@@ -117,6 +118,9 @@ class JobAdmin(SafeLookupsMixin, admin.ModelAdmin):
         if obj is None or obj.state not in CLAIMABLE:
             # Only a waiting job has reasons to explain.
             fieldsets = [f for f in fieldsets if f[1]["fields"] != ["why_waiting"]]
+        if obj is None or obj.task_backend is None:
+            # Only a job enqueued through Django's Tasks framework has a Task and an alias.
+            fieldsets = [f for f in fieldsets if f[0] != "Django task"]
         return fieldsets
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
@@ -197,6 +201,14 @@ class JobAdmin(SafeLookupsMixin, admin.ModelAdmin):
     @admin.display(description="meta")
     def meta_json(self, job: Job) -> str:
         return pretty_json(job.meta)
+
+    @admin.display(description="Task")
+    def task_path(self, job: Job) -> str:
+        return job.name
+
+    @admin.display(description="TASKS alias")
+    def task_alias(self, job: Job) -> str:
+        return job.task_backend or ""
 
     @admin.action(
         description="Retry now (dead, cancelled or retrying jobs)", permissions=["change"]

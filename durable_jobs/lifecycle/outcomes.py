@@ -14,14 +14,14 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from durable_jobs import registry
+from durable_jobs import resolve
 from durable_jobs.backoff import exponential
 from durable_jobs.db.rows import new_instance
 from durable_jobs.exceptions import LeaseExpired, UnknownJob, WorkerStopped
 from durable_jobs.lifecycle.errors import clean_text, describe_error
 from durable_jobs.lifecycle.states import State
 from durable_jobs.limits import MAX_SECONDS
-from durable_jobs.models import Attempt, Job, Outcome
+from durable_jobs.models import GIVEN_BACK_OUTCOMES, Attempt, Job, Outcome
 
 if TYPE_CHECKING:
     from durable_jobs.handlers import JobHandler
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger("durable_jobs")
 
 #: Outcomes that give the attempt back: they are not failures of the job.
-GIVEN_BACK = frozenset({Outcome.SNOOZED, Outcome.INTERRUPTED})
+GIVEN_BACK = GIVEN_BACK_OUTCOMES
 
 
 @dataclass
@@ -82,6 +82,8 @@ class Settlement:
     error: str | None = None
     #: More fields for the event's log record.
     extra: dict[str, Any] = field(default_factory=dict)
+    #: What the handler raised (or the worker recorded), for ``job_finished``'s receivers.
+    exception: BaseException | None = None
 
     @property
     def job_id(self) -> int:
@@ -114,6 +116,7 @@ def decide(result: RunResult, *, node: str) -> Settlement:
         updated_at=now,
         event="completed",
         error=error_message or None,
+        exception=result.error,
     )
     if outcome == Outcome.COMPLETED:
         settlement.finished_at = now
@@ -180,9 +183,9 @@ def stripped(settlement: Settlement) -> Settlement:
 
 def retry_delay(job: Job, handler: JobHandler[..., Any] | None = None) -> float:
     """Seconds before the next attempt, from the handler's backoff (default: exponential);
-    the handler is looked up by name unless given."""
+    the handler is looked up unless given."""
     try:
-        backoff = (handler or registry.get_handler(job.name)).backoff
+        backoff = (handler or resolve.handler_for(job)).backoff
     except UnknownJob:
         backoff = exponential
     try:

@@ -87,7 +87,10 @@ def _report(settlement: Settlement, written: bool) -> None:
     job.state = settlement.target
     if settlement.target in FINAL:
         # The outcome is committed; a failing receiver must not make it look otherwise.
-        for receiver, response in job_finished.send_robust(sender=Job, job=job, attempt=attempt):
+        sent = job_finished.send_robust(
+            sender=Job, job=job, attempt=attempt, error=settlement.exception
+        )
+        for receiver, response in sent:
             if isinstance(response, Exception):
                 logger.error(
                     "job_finished receiver %r failed: %s", receiver, response, exc_info=response

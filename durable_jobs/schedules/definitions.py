@@ -9,7 +9,7 @@ from typing import Any
 
 from django.core.checks import CheckMessage, Error
 
-from durable_jobs import limits, registry, validate
+from durable_jobs import limits, resolve, validate
 from durable_jobs.conf import merged_settings
 from durable_jobs.exceptions import EnqueueError, UnknownJob
 from durable_jobs.handlers import JobHandler
@@ -104,13 +104,16 @@ def build_spec(
             f"Cron expression {str(parsed)!r} never occurs (check the day of the month "
             "against the month); nothing was saved."
         )
-    handler = name if isinstance(name, JobHandler) else registry.get_handler(name)
+    handler = name if isinstance(name, JobHandler) else resolve.handler_named(name)
     try:
-        checked_payload = handler.check_arguments((), dict(payload or {}))
+        # Stored as given, the handler's keyword arguments: each occurrence checks them
+        # again (a Task's handler stores them as {"args": [], "kwargs": ...}).
+        checked_payload = dict(payload or {})
+        handler.check_arguments((), checked_payload)
         # Metadata is stored as JSON too: a datetime would fail the save with a bare
         # TypeError, NUL text would abort PostgreSQL's transaction.
         checked_metadata = check_json(f"{handler.name} metadata", dict(metadata or {}))
-    except EnqueueError as exc:
+    except EnqueueError as exc:  # a Task's TypeError too (TaskArgumentError)
         raise InvalidSchedule(f"Schedule {id!r}: {exc}") from None
     with validate.refused_as(InvalidSchedule, f"Schedule {id!r}"):
         queue_name = validate.queue_name(

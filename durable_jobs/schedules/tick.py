@@ -19,7 +19,7 @@ from django.db import DatabaseError, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from durable_jobs import registry
+from durable_jobs import resolve
 from durable_jobs.backoff import Doubling
 from durable_jobs.conf import get_settings
 from durable_jobs.db import engine_for
@@ -179,7 +179,7 @@ def enqueue_occurrence(
     using: str | None = None,
 ) -> tuple[Job, bool]:
     """Insert the job of one occurrence (or find it); ``(job, created)``."""
-    handler = registry.get_handler(schedule.name)
+    handler = resolve.handler_named(schedule.name)
     payload = handler.check_arguments((), schedule.payload or {})
     options = EnqueueOptions(
         queue=schedule.queue,

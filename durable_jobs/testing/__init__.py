@@ -79,10 +79,10 @@ def perform(handler: JobHandler, **kwargs: Any) -> Any:
     job = Job(
         name=handler.name, queue=handler.queue, payload=payload, attempts=1, state=State.LEASED
     )
-    context = None
+    args: tuple[Any, ...] = ()
     if handler.takes_context:
-        context = _PerformContext(job=job, logger=JobLoggerAdapter(job_fields(job, node=TEST_NODE)))
-    return call_handler(handler, handler.timeout, context, payload)
+        args = (_PerformContext(job=job, logger=JobLoggerAdapter(job_fields(job, node=TEST_NODE))),)
+    return call_handler(handler, handler.timeout, args, payload)
 
 
 class _PerformContext(JobContext):
@@ -95,19 +95,20 @@ class _PerformContext(JobContext):
         return True
 
 
-def enqueued_jobs(handler: JobHandler | str, **payload_subset: Any) -> list[Job]:
-    """Jobs of ``handler`` still waiting to run (queued or retrying) whose payload contains
-    ``payload_subset``."""
-    name = handler if isinstance(handler, str) else handler.name
+def enqueued_jobs(handler: JobHandler | str | Any, **payload_subset: Any) -> list[Job]:
+    """Jobs of ``handler`` (a ``@job`` handler, a Task of Django's Tasks framework, or a
+    name) still waiting to run (queued or retrying) whose payload contains
+    ``payload_subset`` (a Task's: its keyword arguments)."""
+    name = _name_of(handler)
     jobs = Job.objects.filter(name=name, state__in=[State.QUEUED, State.RETRYING]).order_by("id")
-    return [j for j in jobs if _contains(j.payload, payload_subset)]
+    return [j for j in jobs if _contains(_arguments_of(j), payload_subset)]
 
 
-def assert_enqueued(handler: JobHandler | str, **payload_subset: Any) -> Job:
+def assert_enqueued(handler: JobHandler | str | Any, **payload_subset: Any) -> Job:
     """Assert a matching job is waiting to run, and return it."""
     found = enqueued_jobs(handler, **payload_subset)
     if not found:
-        name = handler if isinstance(handler, str) else handler.name
+        name = _name_of(handler)
         waiting = list(
             Job.objects.filter(name=name, state__in=[State.QUEUED, State.RETRYING]).values_list(
                 "payload", flat=True
@@ -120,13 +121,28 @@ def assert_enqueued(handler: JobHandler | str, **payload_subset: Any) -> Job:
     return found[0]
 
 
-def refute_enqueued(handler: JobHandler | str, **payload_subset: Any) -> None:
+def refute_enqueued(handler: JobHandler | str | Any, **payload_subset: Any) -> None:
     """Assert no matching job is waiting to run."""
     found = enqueued_jobs(handler, **payload_subset)
     if found:
         raise AssertionError(
             f"Expected no waiting job matching {payload_subset!r}, found {[j.pk for j in found]}"
         )
+
+
+def _name_of(handler: Any) -> str:
+    """A handler's name; a Task of Django's Tasks framework is named by its module path."""
+    if isinstance(handler, str):
+        return handler
+    return getattr(handler, "module_path", None) or handler.name
+
+
+def _arguments_of(job: Job) -> Any:
+    return (
+        job.payload.get("kwargs")
+        if job.task_backend and isinstance(job.payload, dict)
+        else job.payload
+    )
 
 
 def _contains(payload: Any, subset: dict[str, Any]) -> bool:

@@ -14,14 +14,13 @@ from typing import TYPE_CHECKING, Any
 
 from django.utils import timezone
 
-from durable_jobs import registry
+from durable_jobs import resolve
 from durable_jobs.context import JobContext
 from durable_jobs.exceptions import Cancel, Discard, JobTimeout, PayloadMismatch, Snooze, UnknownJob
 from durable_jobs.lifecycle.errors import storable
 from durable_jobs.lifecycle.outcomes import RunResult
 from durable_jobs.logging import JobLoggerAdapter, job_fields
 from durable_jobs.models import Job, Outcome
-from durable_jobs.payload import bind_stored
 from durable_jobs.worker.pool import Interrupted
 
 if TYPE_CHECKING:
@@ -48,14 +47,13 @@ def execute(
     outcome, value, snooze = Outcome.COMPLETED, None, 0.0
     error: BaseException | None = None
     try:
-        handler = handler or registry.get_handler(job.name)  # once per job, with the worker
-        kwargs = bind_stored(job.name, handler.signature, job.payload)
-        if handler.takes_context:
-            context = JobContext(job=job, logger=adapter, lease_seconds=lease_seconds)
-            value = call_handler(handler, job.timeout, context, kwargs)
-        else:
-            value = call_handler(handler, job.timeout, None, kwargs)
-        value = storable(value)
+        handler = handler or resolve.handler_for(job)  # once per job, with the worker
+        args, kwargs = handler.call_arguments(
+            job,
+            node=node,
+            job_context=lambda: JobContext(job=job, logger=adapter, lease_seconds=lease_seconds),
+        )
+        value = storable(handler.stored_result(call_handler(handler, job.timeout, args, kwargs)))
     except Snooze as exc:
         outcome, error, snooze = Outcome.SNOOZED, exc, exc.seconds
     except Cancel as exc:
@@ -85,10 +83,7 @@ def execute(
     )
 
 
-def call_handler(
-    handler: Any, timeout: float | None, context: JobContext | None, kwargs: dict
-) -> Any:
-    args = (context,) if context is not None else ()
+def call_handler(handler: Any, timeout: float | None, args: tuple, kwargs: dict) -> Any:
     if not handler.is_async:
         # Sync timeouts are enforced by the worker, which interrupts this thread.
         return handler.func(*args, **kwargs)

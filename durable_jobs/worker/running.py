@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.utils import timezone
 
-from durable_jobs import registry
+from durable_jobs import resolve
 from durable_jobs.exceptions import UnknownJob
 from durable_jobs.lifecycle import outcomes
 from durable_jobs.lifecycle.outcomes import RunResult
@@ -45,7 +45,7 @@ class Running:
     def dispatched(cls, job: Job) -> Running:
         """A job about to be handed to the pool, its handler looked up once, here."""
         try:
-            handler = registry.get_handler(job.name)
+            handler = resolve.handler_for(job)
         except UnknownJob:
             handler = None  # the attempt fails with UnknownJob; a node that has it may retry
         deadline = None

@@ -1,3 +1,5 @@
+import os
+
 from django.apps import AppConfig
 
 
@@ -5,3 +7,11 @@ class TestAppConfig(AppConfig):
     name = "tests.testapp"
     label = "testapp"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        if os.environ.get("DURABLE_JOBS_TEST_TASK_SIGNALS"):
+            # A worker process started by tests/test_tasks_worker.py records the task
+            # signals it sends, for the test process to read back.
+            from tests.testapp.task_signals import connect
+
+            connect()
