@@ -13,6 +13,7 @@ migrate && python manage.py demo`` works with nothing set:
 
 from pathlib import Path
 
+import django
 import environ
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -48,6 +49,18 @@ INSTALLED_APPS = [
     "shop",
     "catalog",
 ]
+if django.VERSION < (6, 0):
+    INSTALLED_APPS.append("django_tasks")  # Django's Tasks framework, from the backport
+
+# Django's Tasks framework runs on durable_jobs: `@task` code (shop/tasks.py) gets durable
+# jobs, retries and leases.
+TASKS = {
+    "default": {
+        "BACKEND": "durable_jobs.backends.tasks.DurableJobsBackend",
+        "QUEUES": [],  # any queue name
+        "OPTIONS": {"max_retries": 3, "backoff": [1, 5, 30]},
+    }
+}
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",

@@ -2,8 +2,9 @@
 
 1. Sync the durable schedules declared in settings and run the weekly one now.
 2. Enqueue quick jobs, one that fails twice before it succeeds, one that always
-   fails (and ends ``dead``), one delayed by a few seconds, and a batch of price
-   rows on a rate-limited queue whose callback runs once when all rows are final.
+   fails (and ends ``dead``), one delayed by a few seconds, a Django ``@task``
+   (through Django's own ``.enqueue()``), and a batch of price rows on a
+   rate-limited queue whose callback runs once when all rows are final.
 3. Start ``manage.py runworker`` as a separate process, exactly as you would in
    production, and relay its log lines. The worker also runs the scheduler
    heartbeat, which enqueues the 3-second ``price-snapshot`` schedule.
@@ -36,6 +37,7 @@ from durable_jobs import Batch, Scheduler
 from durable_jobs.models import Attempt, Job, Schedule
 from durable_jobs.schedules.sync import sync_schedules
 from shop.jobs import charge_card, release_reservation, send_receipt, sync_inventory
+from shop.tasks import email_order_summary
 
 FINAL_STATES = ("completed", "dead", "cancelled")
 WORKER_QUEUES = "default,emails,imports,partners"
@@ -65,6 +67,7 @@ class Command(BaseCommand):
         finally:
             code = self.stop_worker(worker)
         self.print_report(ids + self.scheduled_since(started, exclude=ids))
+        self.print_task_result()
         self.print_schedules()
         if problem:
             raise CommandError(problem)
@@ -108,6 +111,13 @@ class Command(BaseCommand):
             f"Enqueued {len(jobs)} jobs: 5 x send_receipt, charge_card (fails twice, then "
             "succeeds), sync_inventory (always fails), release_reservation (runs in 3 s)."
         )
+        # Django's own API: a TaskResult, whose id is the durable job's.
+        self.task_result = email_order_summary.enqueue(order_id=1001, lines=3)
+        self.stdout.write(
+            f"Enqueued Django task {email_order_summary.module_path} with .enqueue(): "
+            f"result {self.task_result.id}, {self.task_result.status}."
+        )
+        jobs.append(Job.objects.get(pk=int(self.task_result.id)))
         feed = {"MUG-RED": 1299, "MUG-BLUE": 1299, "TEE-S": 2450, "TEE-M": 2450, "CAP": 0}
         rows = [import_price_row.prepare(sku=sku, cents=cents) for sku, cents in feed.items()]
         batch = Batch(
@@ -220,6 +230,15 @@ class Command(BaseCommand):
             self.stdout.write(line((job_id, name, state, attempts, outcomes[0]), state))
             for outcome in outcomes[1:]:
                 self.stdout.write(line(("", "", "", "", outcome)))
+
+    def print_task_result(self) -> None:
+        result = self.task_result
+        result.refresh()
+        self.stdout.write(
+            f"\nDjango task result {result.id}: {result.status}, return value "
+            f"{result.return_value if result.status == 'SUCCESSFUL' else '-'}, "
+            f"worker {', '.join(result.worker_ids) or '-'}."
+        )
 
     def print_schedules(self) -> None:
         self.stdout.write("")
