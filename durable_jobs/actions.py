@@ -1,4 +1,4 @@
-"""Operator actions on jobs (admin, CLI): retry now, cancel, discard, delete.
+"""Operator actions on jobs (admin, CLI): run now, retry now, cancel, discard, delete.
 
 Each goes through the state machine, so a job in a state the action does not apply
 to is skipped, never forced. Each works a thousand jobs per transaction, so that no
@@ -15,6 +15,7 @@ from django.utils import timezone
 
 from durable_jobs.db import engine_for
 from durable_jobs.flow.batches import finish_ready
+from durable_jobs.lifecycle.transitions import bring_forward
 from durable_jobs.models import Attempt, Job
 from durable_jobs.states import FINAL, State, transition
 
@@ -22,6 +23,22 @@ Progress = Callable[[int], object] | None
 
 #: Jobs per transaction.
 CHUNK = 1000
+
+
+def run_jobs(jobs: QuerySet[Job], progress: Progress = None) -> tuple[int, int]:
+    """Waiting jobs start as soon as a worker is free: a delayed job (``queued`` for a later
+    time) or a ``retrying`` one becomes available now, without waiting for its time."""
+
+    def run(chunk: QuerySet[Job]) -> tuple[int, int]:
+        engine = engine_for(chunk.db)
+        with engine.write_transaction():
+            total = chunk.count()
+            changed = bring_forward(
+                Job.objects.using(engine.alias).filter(pk__in=chunk), timezone.now()
+            )
+        return changed, total - changed
+
+    return _in_chunks(jobs, run, progress)
 
 
 def retry_jobs(jobs: QuerySet[Job], progress: Progress = None) -> tuple[int, int]:

@@ -182,6 +182,13 @@ class JobHandler(Generic[P, R]):
     def check_arguments(self, args: tuple, kwargs: Mapping[str, Any]) -> dict[str, Any]:
         """Validate a call's arguments and return them as a JSON payload."""
         payloads.check_binds(self.name, self.signature, args, kwargs)
+        if self.takes_context and "context" in kwargs:
+            # A handler's **kwargs would take it, then every attempt would fail: the
+            # worker passes the JobContext under that name.
+            raise EnqueueError(
+                f"{self.name}: 'context' is the name of the handler's JobContext, which the "
+                "worker passes; it cannot also be an argument. Rename the argument."
+            )
         return payloads.check_json(self.name, kwargs)
 
     def named_arguments(self, payload: Mapping[str, Any]) -> Mapping[str, Any]:

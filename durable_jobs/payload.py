@@ -8,12 +8,17 @@ from collections.abc import Mapping
 from typing import Any
 
 from durable_jobs.exceptions import EnqueueError, PayloadMismatch
-from durable_jobs.validate import describe_unstorable, first_unstorable
+from durable_jobs.validate import describe_unstorable, first_unstorable, text_problem
 
 
 def check_json(handler_name: str, kwargs: Mapping[str, Any]) -> dict[str, Any]:
     """Return ``kwargs`` as a payload, or refuse values that don't survive JSON unchanged."""
     for key, value in kwargs.items():
+        # A name NUL or a lone surrogate spoils is refused like such a value: PostgreSQL
+        # would refuse the row, SQLite store it (only a handler's **kwargs lets it through).
+        problem = text_problem(key) if isinstance(key, str) else "not text"
+        if problem:
+            raise EnqueueError(f"{handler_name}: an argument's name is {problem}.")
         found = first_unstorable(value, key)
         if found:
             where, bad = found

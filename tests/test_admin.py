@@ -469,12 +469,23 @@ def test_view_permission_shows_pages_but_no_action_runs(client) -> None:
     assert 'name="_save"' not in detail.content.decode()
     assert client.get(OVERVIEW).status_code == 200
 
-    for action in ("retry_now", "cancel", "discard", "delete_selected"):
+    for action in ("run_now", "retry_now", "cancel", "discard", "delete_selected"):
         act(client, action, by_state.values())
         act(client, action, by_state.values(), post="yes")
     assert states() == before
     assert client.post(change("job", by_state["queued"]), {"state": "dead"}).status_code == 403
     assert states() == before
+
+
+def test_run_now_makes_a_delayed_job_available_and_skips_the_others(admin_client) -> None:
+    delayed = jobs.add.using(run_in=datetime.timedelta(hours=1)).delay(a=1)
+    ready = jobs.add.delay(a=2)
+    response = act(admin_client, "run_now", [delayed.pk, ready.pk])
+    assert messages_of(response) == [
+        "1 job made available now; 1 skipped (not waiting for a later time)."
+    ]
+    assert Job.objects.get(pk=delayed.pk).available_at <= timezone.now()
+    assert Job.objects.get(pk=delayed.pk).state == State.QUEUED
 
 
 def test_change_permission_runs_state_actions_and_delete_needs_delete(client) -> None:
@@ -483,7 +494,7 @@ def test_change_permission_runs_state_actions_and_delete_needs_delete(client) ->
 
     response = client.get(changelist("job"))
     choices = [name for name, _ in response.context["action_form"].fields["action"].choices]
-    assert choices == ["", "retry_now", "cancel", "discard"]
+    assert choices == ["", "run_now", "retry_now", "cancel", "discard"]
     assert messages_of(act(client, "discard", [job.pk])) == ["1 job discarded."]
     assert messages_of(act(client, "retry_now", [job.pk])) == ["1 job retried."]
     assert messages_of(act(client, "cancel", [job.pk])) == ["1 job cancelled."]
@@ -495,7 +506,7 @@ def test_change_permission_runs_state_actions_and_delete_needs_delete(client) ->
     user.user_permissions.add(Permission.objects.get(codename="delete_job"))
     response = client.get(changelist("job"))
     choices = [name for name, _ in response.context["action_form"].fields["action"].choices]
-    assert choices == ["", "retry_now", "cancel", "discard", "delete_selected"]  # ours
+    assert choices == ["", "run_now", "retry_now", "cancel", "discard", "delete_selected"]
     response = act(client, "delete_selected", [job.pk], post="yes")
     assert messages_of(response) == ["1 job deleted."]
     assert not Job.objects.filter(pk=job.pk).exists()
@@ -612,3 +623,44 @@ def test_schedule_admin_previews_five_runs_and_acts(admin_client) -> None:
     assert schedule.enabled
     assert schedule.next_run_at > timezone.now()
     assert admin_client.get(reverse("admin:durable_jobs_schedule_add")).status_code == 403
+
+
+def test_deleting_needs_the_change_permission_too(client) -> None:
+    """Deleting a Queue row un-pauses its queue and drops its limits; deleting a job is at
+    least as strong as cancelling it: the delete permission alone allows neither."""
+    user = staff(client, "view_job", "delete_job", "view_queue", "delete_queue")
+    queues.pause("webhooks")
+    job = jobs.add.delay(a=1)
+    queue_delete = reverse("admin:durable_jobs_queue_delete", args=["webhooks"])
+    job_delete = reverse("admin:durable_jobs_job_delete", args=[job.pk])
+    assert client.get(queue_delete).status_code == 403
+    assert client.post(queue_delete, {"post": "yes"}).status_code == 403
+    assert client.get(job_delete).status_code == 403
+    assert client.post(job_delete, {"post": "yes"}).status_code == 403
+    assert Queue.objects.get(name="webhooks").paused
+    assert Job.objects.filter(pk=job.pk).exists()
+
+    user.user_permissions.add(
+        *Permission.objects.filter(codename__in=["change_job", "change_queue"])
+    )
+    user = User.objects.get(pk=user.pk)  # drop the cached permissions
+    client.force_login(user)
+    assert client.get(queue_delete).status_code == 200
+    assert client.post(job_delete, {"post": "yes"}).status_code == 302
+    assert not Job.objects.filter(pk=job.pk).exists()
+
+
+def test_the_lease_token_is_shown_only_with_the_change_permission(client) -> None:
+    user = staff(client, "view_job")
+    job = jobs.add.using(queue="emails").delay(a=1)
+    node = Node.objects.create(name="node-1", pid=1, queues={"emails": 1}, concurrency=1)
+    (leased,) = claim(queue="emails", limit=1, node_id=node.pk, lease_seconds=300)
+    token = str(leased.lease_token)
+    page = client.get(change("job", job.pk)).content.decode()
+    assert "Lease token" not in page
+    assert token not in page
+    user.user_permissions.add(Permission.objects.get(codename="change_job"))
+    client.force_login(User.objects.get(pk=user.pk))
+    page = client.get(change("job", job.pk)).content.decode()
+    assert "Lease token" in page
+    assert token in page

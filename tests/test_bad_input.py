@@ -241,6 +241,31 @@ def test_a_payload_json_cannot_keep_is_refused_naming_problem_and_fix(
 
 
 @pytest.mark.parametrize(
+    ("name", "problem"),
+    [("a\x00b", "NUL character"), ("caf\udce9", "lone surrogate")],
+    ids=["nul", "surrogate"],
+)
+def test_an_argument_name_a_database_cannot_store_is_refused(
+    existing: dict[str, Any], name: str, problem: str
+) -> None:
+    with pytest.raises(EnqueueError, match=problem) as refused:
+        jobs.any_arguments.delay(**{name: 1})
+    assert str(refused.value).startswith("tests.any_arguments: an argument's name is ")
+    assert stored_rows() == existing
+    assert jobs.any_arguments.delay(fine=1).pk  # the transaction is still usable
+
+
+def test_an_argument_named_context_is_refused_for_a_handler_that_takes_the_context(
+    existing: dict[str, Any],
+) -> None:
+    with pytest.raises(EnqueueError, match="'context' is the name of the handler's JobContext"):
+        jobs.context_and_any.delay(context=1, other=2)
+    assert stored_rows() == existing
+    assert jobs.context_and_any.delay(other=2).pk
+    assert jobs.any_arguments.delay(context=1).pk  # no JobContext there: a plain argument
+
+
+@pytest.mark.parametrize(
     ("options", "problem"),
     [
         ({"meta": {"at": datetime.date(2026, 1, 1)}}, "meta: argument at is a date/time"),
@@ -1001,6 +1026,9 @@ ADMIN_URLS = [
     "?name=%00",
     "?name=%27+OR+1%3D1",
     "?error=99999999999999999999999",
+    "?error=9223372036854775808",  # 2**63: one past the largest id
+    "?error=9223372036854775807",
+    "?error=" + "9" * 5000,
     "?error=%D9%A1",
     "?error=%00",
     "?created_at__gte=garbage",

@@ -215,6 +215,18 @@ def test_unauthenticated_clients_get_401_even_without_a_csrf_token() -> None:
     assert Job.objects.count() == 0
 
 
+@override_settings(
+    AUTHENTICATION_BACKENDS=["django.contrib.auth.backends.AllowAllUsersModelBackend"]
+)
+def test_an_inactive_user_is_refused_403(alice) -> None:
+    alice.is_active = False
+    alice.save()
+    client = logged_in(alice)
+    refusal(post(client, EXPORT, {"report": "x"}), 403, "inactive_user")
+    refusal(client.get(status_url(1)), 403, "inactive_user")
+    assert Job.objects.count() == 0
+
+
 def test_unknown_and_unrequestable_handlers_are_the_same_404(alice) -> None:
     client = logged_in(alice)
     unknown = refusal(post(client, "no.such.job", {}), 404, "not_found")

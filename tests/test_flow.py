@@ -11,6 +11,7 @@ from unittest import mock
 
 import pytest
 from django.db import connection, transaction
+from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
@@ -74,7 +75,38 @@ def test_rates_parse_and_format(text: str, parsed: tuple[int, float], shown: str
     assert rates.format_rate(*parsed) == shown
 
 
-@pytest.mark.parametrize("text", ["", "30", "30/", "0/1m", "a/1m", "30/1y", "30/0s", "-1/1m"])
+@pytest.mark.parametrize(
+    ("text", "parsed"),
+    [
+        ("10/second", (10, 1.0)),
+        ("10/seconds", (10, 1.0)),
+        ("10/sec", (10, 1.0)),
+        ("10/minute", (10, 60.0)),
+        ("10/minutes", (10, 60.0)),
+        ("10/Minute", (10, 60.0)),
+        ("100/hour", (100, 3600.0)),
+        ("100/2 hours", (100, 7200.0)),
+        ("1000/day", (1000, 86400.0)),
+        ("1000/days", (1000, 86400.0)),
+    ],
+)
+def test_rates_take_the_long_units_users_write_elsewhere(
+    text: str, parsed: tuple[int, float]
+) -> None:
+    assert rates.parse_rate(text) == parsed
+
+
+def test_a_long_unit_works_in_the_queues_option_and_the_setting() -> None:
+    assert parse_queue_spec("webhooks:3:10/minute") == ({"webhooks": 3}, {"webhooks": "10/minute"})
+    from durable_jobs.conf import check
+
+    with override_settings(DURABLE_JOBS={"QUEUES": {"default": {"rate": "100/hour"}}}):
+        assert check() == []
+
+
+@pytest.mark.parametrize(
+    "text", ["", "30", "30/", "0/1m", "a/1m", "30/1y", "30/0s", "-1/1m", "10/fortnight"]
+)
 def test_bad_rates_name_the_format(text: str) -> None:
     with pytest.raises(rates.InvalidRate, match="30/1m"):
         rates.parse_rate(text)

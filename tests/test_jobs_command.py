@@ -464,6 +464,52 @@ def test_write_by_ids_moves_the_allowed_states_and_skips_the_others(
     assert states() == expected
 
 
+def test_text_output_escapes_control_characters_json_keeps_the_text() -> None:
+    hostile = "boom\x1b[2J\x1b]0;owned\x07\rdone"
+    job = jobs.raises_text.delay(text=hostile)
+    drain()
+    for args in (("show", str(job.pk)), ("list",), ("errors",)):
+        output = run(*args)
+        assert not [c for c in "\x1b\x07\r" if c in output], args
+        assert "boom\\x1b[2J" in output, args
+    shown = run_json("show", str(job.pk))
+    assert shown["last_error"] == f"ValueError: {hostile}"
+    schedules_output = command_output("schedules", "list")
+    assert "\x1b" not in schedules_output
+
+
+def test_run_makes_delayed_and_retrying_jobs_available_now_and_skips_the_others() -> None:
+    by_state = one_job_per_state()  # its queued job is available already: skipped
+    delayed = jobs.add.using(run_in=datetime.timedelta(hours=1)).delay(a=9)
+    retrying = Job.objects.get(pk=by_state["retrying"])
+    assert retrying.available_at > timezone.now()  # waiting for its backoff
+    before = states()
+    started = timezone.now()
+
+    output = run("run", *(str(pk) for pk in [*by_state.values(), delayed.pk]), "--yes")
+
+    assert output == "run: 2 changed, 5 skipped (not waiting for a later time).\n"
+    assert states() == {**before, retrying.pk: "queued"}
+    for pk in (delayed.pk, retrying.pk):
+        job = Job.objects.get(pk=pk)
+        assert started <= job.available_at <= timezone.now()
+    # Available now means a worker takes them at once.
+    counts = drain(queue="default")
+    assert Job.objects.get(pk=delayed.pk).state == State.COMPLETED
+    assert counts["completed"] >= 1
+
+
+def test_run_all_takes_filters() -> None:
+    later = [jobs.add.using(run_in=datetime.timedelta(days=1)).delay(a=i) for i in range(3)]
+    other = jobs.add.using(queue="emails", run_in=datetime.timedelta(days=1)).delay(a=4)
+    with pytest.raises(CommandError, match="`jobs run --all` needs at least one filter"):
+        run("run", "--all", "--yes")
+    assert run("run", "--all", "--queue", "default", "--yes") == "run: 3 changed.\n"
+    now = timezone.now()
+    assert all(Job.objects.get(pk=j.pk).available_at <= now for j in later)
+    assert Job.objects.get(pk=other.pk).available_at > now
+
+
 def test_write_all_needs_a_filter_and_acts_on_exactly_the_matching_jobs(monkeypatch) -> None:
     enqueue_many(jobs.add.using(queue="webhooks").prepare(a=i) for i in range(3))
     enqueue_many(jobs.add.prepare(a=i) for i in range(2))

@@ -21,6 +21,7 @@ from durable_jobs.schedules.tick import tick
 from durable_jobs.states import State
 from durable_jobs.testing import drain
 from durable_jobs.worker import Worker
+from tests.conftest import wait_for
 from tests.testapp import jobs
 
 pytestmark = pytest.mark.django_db
@@ -68,8 +69,17 @@ def test_schedule_get_list_and_update_keeps_created_at(scheduler, clock) -> None
     assert again.updated_at == clock.now
     assert again.next_run_at == datetime.datetime(2026, 3, 2, 11, 0, tzinfo=UTC)
     assert Schedule.objects.count() == 1
-    with pytest.raises(ScheduleNotFound, match="No schedule with id 'nope'"):
-        scheduler.get("nope")
+
+
+def test_get_of_an_unknown_id_is_none_and_the_operations_that_need_one_raise(
+    scheduler,
+) -> None:
+    assert scheduler.get("nope") is None
+    assert scheduler.get("nul\x00id") is None  # no query PostgreSQL would refuse
+    for operation in (scheduler.pause, scheduler.resume, scheduler.run, scheduler.preview):
+        with pytest.raises(ScheduleNotFound, match="No schedule with id 'nope'"):
+            operation("nope")
+    assert scheduler.remove("nope") is False
 
 
 @pytest.mark.parametrize(
@@ -379,6 +389,31 @@ def test_stats(scheduler, clock) -> None:
         "failing": 0,
         "runs": 0,
     }
+    assert stats["enabled"] == 1
+    assert stats["next_run"] == {"id": "report", "at": scheduler.get("report").next_run_at}
+    scheduler.pause("report")
+    assert scheduler.stats()["next_run"] is None
+
+
+@pytest.mark.django_db(transaction=True)  # the heartbeat reads on its own connection
+def test_is_started_says_whether_the_heartbeat_runs() -> None:
+    scheduler = Scheduler()
+    assert not scheduler.is_started()
+    scheduler.start(interval=0.05)
+    try:
+        assert scheduler.is_started()
+    finally:
+        scheduler.stop()
+    assert not scheduler.is_started()
+    serving = threading.Thread(target=scheduler.serve, kwargs={"interval": 0.05}, daemon=True)
+    serving.start()
+    try:
+        wait_for(scheduler.is_started, timeout=10)
+    finally:
+        scheduler.stop()
+        serving.join(10)
+    assert not serving.is_alive()
+    assert not scheduler.is_started()
 
 
 def test_preview_gives_the_next_runs(scheduler) -> None:
@@ -517,3 +552,47 @@ def test_runworker_no_scheduler_leaves_due_schedules_alone() -> None:
     assert not Job.objects.exists()
     call_command("runworker", "--burst", "--queues", "default")
     assert Job.objects.get().state == State.COMPLETED
+
+
+def test_dead_jobs_count_as_failures_and_disable_the_schedule(scheduler, clock) -> None:
+    scheduler.schedule(
+        "flaky", name="tests.always_fails", expression="*/10 * * * *", max_consecutive_fails=2
+    )
+    for expected_fails, expected_enabled in ((1, True), (2, False)):
+        clock.advance(minutes=10)
+        assert scheduler.tick().enqueued == 1
+        drain(with_scheduled=True)
+        schedule = scheduler.get("flaky")
+        assert (schedule.fail_count, schedule.consecutive_fails) == (expected_fails,) * 2
+        assert schedule.enabled is expected_enabled
+        assert "ValueError: cannot process" in schedule.last_error
+    assert schedule.last_status == "disabled"
+    clock.advance(minutes=10)
+    assert scheduler.tick().enqueued == 0  # disabled: no more occurrences
+
+
+def test_a_completed_job_resets_the_failures_and_a_cancelled_one_changes_nothing(
+    scheduler, clock
+) -> None:
+    from durable_jobs.actions import cancel_jobs
+
+    report(scheduler, max_consecutive_fails=5)
+    Schedule.objects.filter(pk="report").update(consecutive_fails=3, fail_count=3)
+    clock.advance(minutes=10)
+    scheduler.tick()
+    job = Job.objects.get()
+    assert scheduler.get("report").consecutive_fails == 3  # enqueued: not yet a success
+    cancel_jobs(Job.objects.filter(pk=job.pk))
+    assert (scheduler.get("report").consecutive_fails, scheduler.get("report").fail_count) == (
+        3,
+        3,
+    )
+    clock.advance(minutes=10)
+    scheduler.tick()
+    drain()
+    schedule = scheduler.get("report")
+    assert (schedule.consecutive_fails, schedule.fail_count, schedule.last_status) == (
+        0,
+        3,
+        "completed",
+    )

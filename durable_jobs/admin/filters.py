@@ -107,10 +107,12 @@ class ErrorFilter(admin.SimpleListFilter):
 
     def example(self) -> Attempt | None:
         value = self.value()
-        # isdecimal, not isdigit: int() refuses digits such as "²".
-        if not value or not (str(value).isascii() and str(value).isdecimal()):
+        # isdecimal, not isdigit: int() refuses digits such as "²". At most 19 digits and
+        # below 2**63: a larger id is no attempt's, and the database would refuse it.
+        text = str(value or "")
+        if not (text.isascii() and text.isdecimal() and len(text) <= 19 and int(text) < 2**63):
             return None
-        return Attempt.objects.filter(pk=int(value), outcome__in=FAILED_OUTCOMES).first()
+        return Attempt.objects.filter(pk=int(text), outcome__in=FAILED_OUTCOMES).first()
 
     def has_output(self) -> bool:
         # Shown (and applied) whenever the parameter is given, even when its attempt has

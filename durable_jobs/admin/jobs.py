@@ -38,6 +38,8 @@ ATTEMPT_FIELDS = (
 
 #: Why "Retry now" skipped a job.
 RETRY_SKIPPED = "not dead, cancelled or retrying"
+#: Why "Run now" skipped a job.
+RUN_SKIPPED = "not waiting for a later time"
 
 
 class AttemptInline(admin.TabularInline):
@@ -79,7 +81,7 @@ class JobAdmin(SafeLookupsMixin, admin.ModelAdmin):
     inlines = [AttemptInline]
     # delete_selected is this class's own (below): it takes the place of Django's
     # site-wide action of that name, which would load every selected job into memory.
-    actions = ["retry_now", "cancel", "discard", "delete_selected"]
+    actions = ["run_now", "retry_now", "cancel", "discard", "delete_selected"]
     fieldsets = [
         (None, {"fields": ["id", "name", "queue", "state", "priority", "idempotency_key"]}),
         ("Django task", {"fields": ["task_path", "task_alias"]}),
@@ -121,6 +123,12 @@ class JobAdmin(SafeLookupsMixin, admin.ModelAdmin):
         if obj is None or obj.task_backend is None:
             # Only a job enqueued through Django's Tasks framework has a Task and an alias.
             fieldsets = [f for f in fieldsets if f[0] != "Django task"]
+        if not super().has_change_permission(request):
+            # The lease token fences a worker's writes: only those who may act on jobs see it.
+            fieldsets = [
+                (name, {**options, "fields": [f for f in options["fields"] if f != "lease_token"]})
+                for name, options in fieldsets
+            ]
         return fieldsets
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
@@ -141,7 +149,11 @@ class JobAdmin(SafeLookupsMixin, admin.ModelAdmin):
         # A running job is not deleted under its worker; cancel it first.
         if obj is not None and obj.state == State.LEASED:
             return False
-        return super().has_delete_permission(request, obj)
+        # Deleting is at least as strong as cancelling: it needs the change permission
+        # too, on a job's own Delete page as for the action.
+        return super().has_delete_permission(request, obj) and super().has_change_permission(
+            request
+        )
 
     def delete_model(self, request: HttpRequest, obj: Job) -> None:
         # The change page's Delete: the same path as the action (batches are finished).
@@ -209,6 +221,12 @@ class JobAdmin(SafeLookupsMixin, admin.ModelAdmin):
     @admin.display(description="TASKS alias")
     def task_alias(self, job: Job) -> str:
         return job.task_backend or ""
+
+    @admin.action(
+        description="Run now (delayed or retrying jobs, without waiting)", permissions=["change"]
+    )
+    def run_now(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
+        report(self, request, "made available now", *actions.run_jobs(queryset), RUN_SKIPPED)
 
     @admin.action(
         description="Retry now (dead, cancelled or retrying jobs)", permissions=["change"]

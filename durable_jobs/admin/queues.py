@@ -77,6 +77,13 @@ class QueueAdmin(SafeLookupsMixin, admin.ModelAdmin):
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # rows appear when a worker serves a queue or one is paused
 
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        # Deleting a row un-pauses its queue and drops its limits: a change, so it needs
+        # the change permission as well.
+        return super().has_delete_permission(request, obj) and self.has_change_permission(
+            request, obj
+        )
+
     @admin.display(description="status", ordering="paused")
     def status(self, queue: Queue) -> str:
         return badge("paused" if queue.paused else "running")

@@ -12,17 +12,20 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-_RATE = re.compile(r"^\s*(\d+)\s*/\s*(\d*(?:\.\d+)?)\s*(s|sec|m|min|h|hour|d|day)?\s*$", re.I)
-_UNIT_SECONDS = {
-    "s": 1,
-    "sec": 1,
-    "m": 60,
-    "min": 60,
-    "h": 3600,
-    "hour": 3600,
-    "d": 86400,
-    "day": 86400,
+#: Each unit's spellings, short and long ("30/1m", "10/minute", "100/hours").
+_UNITS = {
+    1: ("s", "sec", "secs", "second", "seconds"),
+    60: ("m", "min", "mins", "minute", "minutes"),
+    3600: ("h", "hr", "hrs", "hour", "hours"),
+    86400: ("d", "day", "days"),
 }
+_UNIT_SECONDS = {name: seconds for seconds, names in _UNITS.items() for name in names}
+_RATE = re.compile(
+    r"^\s*(\d+)\s*/\s*(\d*(?:\.\d+)?)\s*("
+    + "|".join(sorted(_UNIT_SECONDS, key=len, reverse=True))
+    + r")?\s*$",
+    re.I,
+)
 
 
 class InvalidRate(ValueError):
@@ -32,12 +35,14 @@ class InvalidRate(ValueError):
 def parse_rate(text: str) -> tuple[int, float]:
     """``"30/1m"`` -> ``(30, 60.0)``: at most 30 starts per sliding minute.
 
-    Units: ``s``, ``m``, ``h``, ``d``; the number before the unit is optional (``100/s``).
+    Units: ``s``, ``m``, ``h``, ``d``, or spelled out (``second``, ``minute``, ``hour``,
+    ``day``, and their plurals); the number before the unit is optional (``100/s``,
+    ``10/minute``).
     """
     match = _RATE.match(str(text))
     if not match:
         raise InvalidRate(
-            f"Invalid rate {text!r}: write starts/period, as in 30/1m, 5/2s or 1000/h"
+            f"Invalid rate {text!r}: write starts/period, as in 30/1m, 5/2s, 1000/h or 10/minute"
         )
     count, amount, unit = match.groups()
     if unit is None and not amount:

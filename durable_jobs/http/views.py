@@ -7,6 +7,7 @@ this order:
 =====  ==========================  ==========================================================
 405    ``method_not_allowed``      not POST (request) or GET/HEAD (status); with ``Allow``
 401    ``not_authenticated``       ``request.user`` is anonymous
+403    ``inactive_user``           ``request.user`` is not active (``is_active`` false)
 403    ``csrf_failed``             Django's CSRF check failed (see below)
 404    ``not_found``               no such requestable handler; no such job of this user
 403    ``permission_denied``       the user lacks the handler's ``permission``
@@ -106,6 +107,10 @@ def _user(request: HttpRequest) -> Any:
     user = getattr(request, "user", None)
     if user is None or not user.is_authenticated:
         raise Refusal(401, "not_authenticated", "Authentication is required.")
+    # Django's ModelBackend never logs an inactive user in, but a project's token
+    # middleware or AllowAllUsersModelBackend may: a deactivated account asks nothing.
+    if not getattr(user, "is_active", True):
+        raise Refusal(403, "inactive_user", "This account is not active.")
     return user
 
 

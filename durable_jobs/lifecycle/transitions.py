@@ -4,7 +4,8 @@ Each restricts the rows it touches to the source states the table in
 :mod:`durable_jobs.lifecycle.states` allows, so a move the table does not list can
 never be written, whatever the caller passes:
 
-- :func:`transition` moves the jobs of a queryset (operator actions);
+- :func:`transition` moves the jobs of a queryset (operator actions), and
+  :func:`bring_forward` makes waiting jobs available now;
 - :func:`claim` leases waiting jobs for a worker (the engine's claim statement, under
   the flow-control rules of :mod:`durable_jobs.flow.limits`);
 - :func:`settle` records how leases ended, fenced by each lease's token.
@@ -12,6 +13,7 @@ never be written, whatever the caller passes:
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -41,6 +43,15 @@ def transition(jobs: QuerySet[Job], target: State, **changes: Any) -> int:
     if key is not None:
         changes["idempotency_key"] = key
     return jobs.filter(state__in=ALLOWED_SOURCES[target]).update(state=target, **changes)
+
+
+def bring_forward(jobs: QuerySet[Job], now: datetime.datetime) -> int:
+    """Make waiting jobs available at ``now``: a ``retrying`` one moves to ``queued``
+    (through :func:`transition`), a ``queued`` one that waits for a later time keeps its
+    state. Return how many changed; running and finished jobs are left alone."""
+    retried = transition(jobs.filter(state=State.RETRYING), State.QUEUED, available_at=now)
+    delayed = jobs.filter(state=State.QUEUED, available_at__gt=now)
+    return retried + delayed.update(available_at=now, updated_at=now)
 
 
 def leased_under(

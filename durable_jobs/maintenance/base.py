@@ -69,6 +69,8 @@ class MaintenanceRunner:
         self._due = {id(service): now for service in self.services}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        #: :meth:`serve` is running, in whichever thread.
+        self._serving = False
 
     def next_due(self, service: Service) -> float:
         """When ``service`` runs next (``time.monotonic()`` seconds)."""
@@ -105,11 +107,13 @@ class MaintenanceRunner:
     def serve(self) -> None:
         """Run services as they come due, in this thread, until :meth:`stop`."""
         self._stop.clear()
+        self._serving = True
         try:
             while not self._stop.is_set():
                 self.run_due()
                 self._stop.wait(self._wait())
         finally:
+            self._serving = False
             connections.close_all()
 
     def start(self) -> None:
@@ -133,7 +137,8 @@ class MaintenanceRunner:
 
     @property
     def running(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
+        """Serving, in its own thread (:meth:`start`) or the caller's (:meth:`serve`)."""
+        return self._serving or (self._thread is not None and self._thread.is_alive())
 
     def _serve(self) -> None:
         try:

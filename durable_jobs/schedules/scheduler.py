@@ -106,15 +106,20 @@ class Scheduler:
 
     # -- reading ----------------------------------------------------------------------------
 
-    def get(self, id: str) -> Schedule:
+    def get(self, id: str) -> Schedule | None:
+        """The schedule, or None if no schedule has this id."""
         if not isinstance(id, str) or text_problem(id):
             # No schedule can have such an id (build_spec refuses it), and PostgreSQL
             # would refuse the query itself, aborting the caller's transaction.
+            return None
+        return Schedule.objects.using(self.alias).filter(pk=id).first()
+
+    def existing(self, id: str) -> Schedule:
+        """The schedule, or :class:`ScheduleNotFound`: for the operations that need one."""
+        schedule = self.get(id)
+        if schedule is None:
             raise ScheduleNotFound(id)
-        try:
-            return Schedule.objects.using(self.alias).get(pk=id)
-        except Schedule.DoesNotExist:
-            raise ScheduleNotFound(id) from None
+        return schedule
 
     def list(self, *, enabled: bool | None = None) -> list[Schedule]:
         schedules = Schedule.objects.using(self.alias).order_by("pk")
@@ -125,8 +130,10 @@ class Scheduler:
     def stats(self) -> dict[str, Any]:
         """Counts over all schedules, from one aggregate query.
 
-        Keys: ``total``, ``active`` (enabled), ``paused``, ``disabled`` (by failures),
-        ``due``, ``failing``, ``runs``, ``failures``, ``next_run_at``.
+        Keys: ``total``, ``active`` and ``enabled`` (the same count), ``paused``,
+        ``disabled`` (by failures), ``due``, ``failing``, ``runs``, ``failures``,
+        ``next_run_at``, and ``next_run``: ``{"id", "at"}`` of the soonest enabled
+        schedule, or None.
         """
         now = self.clock()
         row = Schedule.objects.using(self.alias).aggregate(
@@ -143,11 +150,20 @@ class Scheduler:
         row["paused"] = row["total"] - row["active"] - row["disabled"]
         row["runs"] = row["runs"] or 0
         row["failures"] = row["failures"] or 0
+        row["enabled"] = row["active"]
+        soonest = (
+            Schedule.objects.using(self.alias)
+            .filter(enabled=True, next_run_at__isnull=False)
+            .order_by("next_run_at", "pk")
+            .values_list("pk", "next_run_at")
+            .first()
+        )
+        row["next_run"] = {"id": soonest[0], "at": soonest[1]} if soonest else None
         return row
 
     def preview(self, id: str, count: int = 5) -> builtins.list[datetime.datetime]:
         """The next ``count`` run times (UTC), from ``next_run_at`` on."""
-        schedule = self.get(id)
+        schedule = self.existing(id)
         start = schedule.next_run_at or self.clock()
         expression = parse(schedule.expression)
         zone = get_zone(schedule.timezone)
@@ -159,7 +175,7 @@ class Scheduler:
 
     def pause(self, id: str) -> Schedule:
         """Stop new occurrences. Jobs already enqueued are left to run."""
-        schedule = self.get(id)
+        schedule = self.existing(id)
         Schedule.objects.using(self.alias).filter(pk=id).update(
             enabled=False, last_status="paused", updated_at=self.clock()
         )
@@ -168,7 +184,7 @@ class Scheduler:
 
     def resume(self, id: str) -> Schedule:
         """Enable again, with ``next_run_at`` computed from now (missed runs are not replayed)."""
-        schedule = self.get(id)
+        schedule = self.existing(id)
         now = self.clock()
         expression = parse(schedule.expression)
         if isinstance(expression, Once):
@@ -191,7 +207,7 @@ class Scheduler:
 
     def run(self, id: str) -> Job:
         """Enqueue one occurrence now, whether or not the schedule is enabled."""
-        schedule = self.get(id)
+        schedule = self.existing(id)
         now = self.clock()
         job, created = tick.enqueue_occurrence(schedule, now, now, using=self.alias)
         Schedule.objects.using(self.alias).filter(pk=id).update(
@@ -223,6 +239,11 @@ class Scheduler:
             return
         self._runner = self._tick_runner(interval)
         self._runner.start()
+
+    def is_started(self) -> bool:
+        """Whether this scheduler's heartbeat runs (``start()`` or ``serve()``, not yet
+        stopped)."""
+        return self._runner is not None and self._runner.running
 
     def stop(self, timeout: float = 10.0) -> None:
         if self._runner is not None:

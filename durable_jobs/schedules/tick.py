@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import DatabaseError, transaction
-from django.db.models import F, Q
+from django.db.models import Case, F, PositiveIntegerField, Q, Value, When
 from django.utils import timezone
 
 from durable_jobs import resolve
@@ -110,7 +110,13 @@ def run_due(schedule: Schedule, now: datetime.datetime, result: TickResult, *, u
         "next_run_at": next_run_at,
         "last_run_at": now,
         "run_count": F("run_count") + created,
-        "consecutive_fails": 0,
+        # A success after failed enqueues ends their streak. Jobs that ended dead keep
+        # theirs: only a completed job ends it (schedules.outcomes).
+        "consecutive_fails": Case(
+            When(last_status="failed", then=Value(0)),
+            default=F("consecutive_fails"),
+            output_field=PositiveIntegerField(),
+        ),
         "retry_at": None,
         "last_error": "",
         "updated_at": timezone.now(),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import time
 from datetime import timedelta
@@ -313,3 +314,20 @@ def bad_input_endless_backoff() -> None:
 
 
 # -- end of bad input ---------------------------------------------------------------------
+
+
+@job(name="tests.any_arguments")
+def any_arguments(**kwargs: object) -> int:
+    return len(kwargs)
+
+
+@job(name="tests.raises_text", max_retries=0)
+def raises_text(text: str) -> None:
+    """Fails with ``text`` as its message (a client's text, say), and logs it too."""
+    logging.getLogger("tests").warning(text)
+    raise ValueError(text)
+
+
+@job(name="tests.context_and_any", takes_context=True)
+def context_and_any(context: JobContext, **kwargs: object) -> int:
+    return len(kwargs)

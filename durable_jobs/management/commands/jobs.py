@@ -25,7 +25,7 @@ from durable_jobs.flow.why import explain
 from durable_jobs.lifecycle.states import State
 from durable_jobs.limits import BIGINT_MAX, MAX_PRUNE_DAYS
 from durable_jobs.maintenance.pruner import prune
-from durable_jobs.management.output import emit_json, table
+from durable_jobs.management.output import emit_json, printable_output, table
 from durable_jobs.management.progress import ProgressBar
 from durable_jobs.models import Batch, Job
 
@@ -153,6 +153,7 @@ class Command(BaseCommand):
         errors.add_argument("--limit", type=limit_value, default=20)
         errors.add_argument("--json", action="store_true")
         for action, text in (
+            ("run", "Start delayed or retrying jobs now, without waiting for their time."),
             ("retry", "Put dead, cancelled or retrying jobs back in the queue, now."),
             ("cancel", "Cancel waiting or running jobs."),
             ("discard", "Move waiting jobs to dead."),
@@ -183,6 +184,7 @@ class Command(BaseCommand):
         batches.add_argument("--json", action="store_true")
 
     def handle(self, *args: Any, **options: Any) -> None:
+        self.stdout = printable_output(self.stdout)
         action = options.get("action") or "list"
         if action == "list":
             options = {"state": None, "queue": None, "name": None, "since": None,
@@ -338,6 +340,9 @@ class Command(BaseCommand):
             self.stdout.write(
                 f"Queue {name!r} resumed." if changed else f"Queue {name!r} was not paused."
             )
+
+    def do_run(self, options: dict[str, Any]) -> None:
+        self.act(options, "run", actions.run_jobs, "not waiting for a later time")
 
     def do_retry(self, options: dict[str, Any]) -> None:
         self.act(options, "retry", actions.retry_jobs, "not dead, cancelled or retrying")

@@ -11,7 +11,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import OperationalError, ProgrammingError
 
 from durable_jobs.exceptions import DurableJobsError
-from durable_jobs.management.output import emit_json, table
+from durable_jobs.management.output import emit_json, printable_output, table
 from durable_jobs.models import CatchUp, Schedule
 from durable_jobs.redaction import redact
 from durable_jobs.schedules.expressions import get_zone
@@ -80,6 +80,7 @@ class Command(BaseCommand):
         serve.add_argument("--interval", type=float, default=None, help="Seconds between beats.")
 
     def handle(self, *args: Any, **options: Any) -> None:
+        self.stdout = printable_output(self.stdout)
         from durable_jobs.schedules.scheduler import Scheduler
 
         self.scheduler = Scheduler()
@@ -128,7 +129,7 @@ class Command(BaseCommand):
         table(self.stdout, headers, rows) if rows else self.stdout.write("No schedules.")
 
     def do_show(self, options: dict[str, Any]) -> None:
-        schedule = self.scheduler.get(options["id"])
+        schedule = self.scheduler.existing(options["id"])
         upcoming = self.scheduler.preview(schedule.pk, 5) if schedule.enabled else []
         zone = get_zone(schedule.timezone)
         if options.get("json"):
