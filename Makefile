@@ -11,6 +11,7 @@
 #   make lint             ruff (lint and formatting) and mypy
 #   make migrations-check fail if a model change has no migration
 #   make docs             build the HTML documentation, warnings as errors
+#   make dist             build the sdist and the wheel into dist/, and check them (twine)
 #   make install          only set up .venv with the test extra (install-dev: the dev extra)
 #   make install-browser  install Debian's chromium for the browser tests (apt-get, as root)
 #
@@ -33,10 +34,10 @@ STAMP_DOCS := $(VENV_DIR)/.durable-jobs-docs.stamp
 DOCS_REQUIREMENTS := $(wildcard docs/requirements.txt)
 
 .DEFAULT_GOAL := help
-.PHONY: help install install-dev install-browser demo test test-postgres lint migrations-check docs clean
+.PHONY: help install install-dev install-browser demo test test-postgres lint migrations-check docs dist clean
 
 help:
-	@echo "Targets: demo test test-postgres lint migrations-check docs install install-dev install-browser clean"
+	@echo "Targets: demo test test-postgres lint migrations-check docs dist install install-dev install-browser clean"
 	@echo "Each one creates $(VENV) and installs what it needs on first use."
 	@echo "Pass pytest arguments with PYTEST_ARGS, e.g. make test PYTEST_ARGS='-x -k lease'."
 
@@ -104,6 +105,18 @@ $(STAMP_DOCS): $(STAMP_DEV) $(DOCS_REQUIREMENTS)
 
 docs: $(STAMP_DOCS)
 	$(BIN)/sphinx-build -W -b html docs docs/_build/html
+
+# The license must be in both: a legal review starts there.
+dist: $(STAMP_DEV)
+	rm -rf dist
+	$(BIN)/python -m build --outdir dist .
+	$(BIN)/twine check --strict dist/*
+	$(BIN)/python -c "import sys, tarfile, zipfile, glob; \
+	  wheel = zipfile.ZipFile(glob.glob('dist/*.whl')[0]).namelist(); \
+	  sdist = tarfile.open(glob.glob('dist/*.tar.gz')[0]).getnames(); \
+	  missing = [n for n, names in (('wheel', wheel), ('sdist', sdist)) \
+	             if not any(p.endswith('/LICENSE') for p in names)]; \
+	  sys.exit(f'no LICENSE in the {missing}') if missing else print('LICENSE in the wheel and the sdist')"
 
 # Removes build output and the example database; keeps .venv.
 clean:
