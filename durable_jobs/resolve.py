@@ -32,11 +32,12 @@ def handler_named(name: str) -> JobHandler[..., Any]:
         if not (isinstance(name, str) and "." in name and tasks_framework_installed()):
             raise
         # Imported here: the Tasks framework is optional (Django 5.2 without the backport).
-        from durable_jobs.backends.resolving import is_task
+        from durable_jobs.backends.resolving import handler_of, task_at
 
-        if not is_task(name):
+        task = task_at(name)  # imported once: a tick resolves a schedule's name each time
+        if task is None:
             raise  # neither: the message of a missing @job handler
-    return _task_handler(name, None)
+    return handler_of(task, None, name)
 
 
 def tasks_framework_installed() -> bool:

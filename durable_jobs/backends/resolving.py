@@ -30,6 +30,11 @@ def handler_at(path: str, alias: str | None) -> TaskHandler:
         raise UnknownJob(
             path, f"{path!r} is {type(task).__name__}, not a Task; decorate it with @task."
         )
+    return handler_of(task, alias, path)
+
+
+def handler_of(task: Task, alias: str | None, path: str) -> TaskHandler:
+    """The handler of ``task`` on backend ``alias`` (None: the Task's own)."""
     backend = backend_named(alias or task.backend, path)
     try:
         return backend.handler_for(task)
@@ -41,12 +46,13 @@ def handler_at(path: str, alias: str | None) -> TaskHandler:
         ) from exc
 
 
-def is_task(path: str) -> bool:
-    """Whether ``path`` imports as a Task."""
+def task_at(path: str) -> Task | None:
+    """The Task ``path`` imports as, or None."""
     try:
-        return isinstance(import_string(path), Task)
+        found = import_string(path)
     except Exception:  # as above: any failure to import means no Task there
-        return False
+        return None
+    return found if isinstance(found, Task) else None
 
 
 def backend_named(alias: str, path: str = "") -> DurableJobsBackend:
