@@ -21,7 +21,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -195,6 +195,20 @@ def setup_django() -> float:
 def print_phase_result(result: dict[str, Any]) -> None:
     """In a phase: hand the result to the parent (see :func:`run_phase_process`)."""
     print(RESULT_PREFIX + json.dumps(result), flush=True)
+
+
+def serve_phase(make_phase: Callable[[], Any]) -> int:
+    """In a phase process: make the phase (an object with ``run()`` and ``close()``), run
+    it and print its result for the parent. SIGTERM from the parent, from the start,
+    unwinds through ``close()``."""
+    signal.signal(signal.SIGTERM, raise_system_exit)
+    phase = make_phase()
+    try:
+        result = phase.run()
+    finally:
+        phase.close()
+    print_phase_result(result)
+    return 0
 
 
 def run_phase_process(

@@ -457,14 +457,7 @@ def prune_figures(
 
 
 def run_phase(options: argparse.Namespace) -> int:
-    signal.signal(signal.SIGTERM, harness.raise_system_exit)
-    phase = PickupPhase(options)
-    try:
-        result = phase.run()
-    finally:
-        phase.close()
-    harness.print_phase_result(result)
-    return 0
+    return harness.serve_phase(lambda: PickupPhase(options))
 
 
 # ================================================================================================

@@ -644,14 +644,7 @@ class Phase:
 
 
 def run_phase(options: argparse.Namespace) -> int:
-    signal.signal(signal.SIGTERM, harness.raise_system_exit)
-    phase = Phase(options)
-    try:
-        result = phase.run()
-    finally:
-        phase.close()
-    harness.print_phase_result(result)
-    return 0
+    return harness.serve_phase(lambda: Phase(options))
 
 
 # ================================================================================================

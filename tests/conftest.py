@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import logging
 import os
 import signal
 import subprocess
@@ -15,6 +17,8 @@ from typing import Any
 import pytest
 from django.core.management import call_command
 from django.db import connection
+
+from durable_jobs.logging import JSONFormatter
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -113,6 +117,23 @@ def wait_until(
                 f"not within {timeout}s: {what or predicate}\n{logs_of(workers, workers.procs)}"
             )
         time.sleep(interval)
+
+
+@pytest.fixture
+def json_lines() -> Iterator[Callable[[], list[dict[str, Any]]]]:
+    """The records logged on ``durable_jobs`` while the test runs, as parsed JSON lines."""
+    stream = StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(JSONFormatter())
+    root = logging.getLogger("durable_jobs")
+    old_level = root.level
+    root.addHandler(handler)
+    root.setLevel(logging.DEBUG)
+    try:
+        yield lambda: [json.loads(line) for line in stream.getvalue().splitlines()]
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(old_level)
 
 
 @pytest.fixture

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 import json
 import logging
 
@@ -14,22 +13,6 @@ from durable_jobs.testing import drain
 from tests.testapp import jobs
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def json_lines():
-    stream = io.StringIO()
-    handler = logging.StreamHandler(stream)
-    handler.setFormatter(JSONFormatter())
-    root = logging.getLogger("durable_jobs")
-    old_level = root.level
-    root.addHandler(handler)
-    root.setLevel(logging.DEBUG)
-    try:
-        yield lambda: [json.loads(line) for line in stream.getvalue().splitlines()]
-    finally:
-        root.removeHandler(handler)
-        root.setLevel(old_level)
 
 
 def test_lifecycle_records_carry_the_job_fields(caplog) -> None:

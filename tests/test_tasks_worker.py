@@ -40,6 +40,17 @@ def finished(workers: WorkerProcesses, result: object, alive: list, timeout: flo
     wait_until(done, workers, timeout=timeout, alive=alive, what=f"task {result.id} to finish")  # type: ignore[attr-defined]
 
 
+def wait_started(workers: WorkerProcesses, proc: subprocess.Popen[bytes], markers: Path) -> None:
+    """Until ``tasks.sleepy`` has touched its marker in ``markers`` (it runs, in ``proc``)."""
+    wait_until(
+        lambda: list(markers.glob("started-*")),
+        workers,
+        timeout=START_TIMEOUT,
+        alive=[proc],
+        what="the task to start",
+    )
+
+
 def stop(workers: WorkerProcesses, proc: subprocess.Popen[bytes]) -> int:
     proc.send_signal(signal.SIGTERM)
     try:
@@ -130,13 +141,7 @@ def test_a_task_of_a_killed_worker_is_rescued_not_left_running(
     doomed = worker_processes.start(
         "--queues", "default:1", "--lease-seconds", "2", "--name", "doomed"
     )
-    wait_until(
-        lambda: list(tmp_path.glob("started-*")),
-        worker_processes,
-        timeout=START_TIMEOUT,
-        alive=[doomed],
-        what="the task to start",
-    )
+    wait_started(worker_processes, doomed, tmp_path)
     result.refresh()
     assert result.status == TaskResultStatus.RUNNING
     assert result.worker_ids == ["doomed"]
@@ -159,13 +164,7 @@ def test_sigterm_hands_a_running_task_back_ready(
 ) -> None:
     result = tasks.sleepy.enqueue(seconds=60, marker_dir=str(tmp_path))
     proc = worker_processes.start("--queues", "default:1", "--shutdown-grace", "1")
-    wait_until(
-        lambda: list(tmp_path.glob("started-*")),
-        worker_processes,
-        timeout=START_TIMEOUT,
-        alive=[proc],
-        what="the task to start",
-    )
+    wait_started(worker_processes, proc, tmp_path)
     assert stop(worker_processes, proc) == 0
     result.refresh()
     assert result.status == TaskResultStatus.READY
