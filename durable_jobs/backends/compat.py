@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     # Typed as Django's own; the backport has the same shapes.
     from django.tasks import TaskContext, TaskResult, TaskResultStatus, task_backends
     from django.tasks.backends.base import BaseTaskBackend
-    from django.tasks.base import DEFAULT_TASK_PRIORITY, DEFAULT_TASK_QUEUE_NAME, Task, TaskError
+    from django.tasks.base import Task, TaskError
     from django.tasks.exceptions import (
         InvalidTask,
         InvalidTaskBackend,
@@ -29,12 +29,7 @@ else:
     try:
         from django.tasks import TaskContext, TaskResult, TaskResultStatus, task_backends
         from django.tasks.backends.base import BaseTaskBackend
-        from django.tasks.base import (
-            DEFAULT_TASK_PRIORITY,
-            DEFAULT_TASK_QUEUE_NAME,
-            Task,
-            TaskError,
-        )
+        from django.tasks.base import Task, TaskError
         from django.tasks.exceptions import (
             InvalidTask,
             InvalidTaskBackend,
@@ -55,12 +50,7 @@ else:
                 task_backends,
             )
             from django_tasks.backends.base import BaseTaskBackend
-            from django_tasks.base import (
-                DEFAULT_TASK_PRIORITY,
-                DEFAULT_TASK_QUEUE_NAME,
-                Task,
-                TaskError,
-            )
+            from django_tasks.base import Task, TaskError
             from django_tasks.exceptions import (
                 InvalidTaskBackendError as InvalidTaskBackend,
             )
@@ -85,8 +75,6 @@ else:
 
 
 __all__ = [
-    "DEFAULT_TASK_PRIORITY",
-    "DEFAULT_TASK_QUEUE_NAME",
     "FRAMEWORK_LOGGER",
     "BaseTaskBackend",
     "InvalidTask",
