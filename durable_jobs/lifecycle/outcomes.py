@@ -28,9 +28,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("durable_jobs")
 
-#: Outcomes that give the attempt back: they are not failures of the job.
-GIVEN_BACK = GIVEN_BACK_OUTCOMES
-
 
 @dataclass
 class RunResult:
@@ -122,7 +119,7 @@ def decide(result: RunResult, *, node: str) -> Settlement:
         settlement.finished_at = now
         settlement.sets_result, settlement.result = True, result.value
         settlement.last_error = ""
-    elif outcome in GIVEN_BACK:
+    elif outcome in GIVEN_BACK_OUTCOMES:  # not failures of the job
         settlement.target = State.QUEUED
         settlement.event = "snoozed" if outcome == Outcome.SNOOZED else "handed back"
         settlement.available_at = now + datetime.timedelta(seconds=result.snooze_seconds)
