@@ -13,6 +13,8 @@
 #   make docs             build the HTML documentation, warnings as errors
 #   make dist             build the sdist and the wheel into dist/, and check them (twine)
 #   make install          only set up .venv with the test extra (install-dev: the dev extra)
+#   make test-matrix      tox: Python 3.12 + Django 6.0 and 3.13 + Django 6.1, SQLite and PostgreSQL
+#   make test-minimum     tox: the oldest versions pyproject.toml declares, SQLite and PostgreSQL
 #   make install-browser  install Debian's chromium for the browser tests (apt-get, as root)
 #
 # Extra pytest arguments: make test PYTEST_ARGS="-k lease -x"
@@ -28,16 +30,30 @@ VENV_DIR := $(abspath $(VENV))
 BIN := $(VENV_DIR)/bin
 PIP := $(BIN)/python -m pip --disable-pip-version-check
 # Stamps live inside the virtualenv, so deleting .venv also forgets the installs.
+STAMP_DEMO := $(VENV_DIR)/.durable-jobs-demo.stamp
 STAMP_TEST := $(VENV_DIR)/.durable-jobs-test.stamp
 STAMP_DEV := $(VENV_DIR)/.durable-jobs-dev.stamp
 STAMP_DOCS := $(VENV_DIR)/.durable-jobs-docs.stamp
 DOCS_REQUIREMENTS := $(wildcard docs/requirements.txt)
 
 .DEFAULT_GOAL := help
-.PHONY: help install install-dev install-browser demo test test-postgres lint migrations-check docs dist clean
+# tox needs python3.12 and python3.13 on PATH. Where one does not run (missing, or a pyenv
+# shim that no selected version backs), the newest pyenv build of it is put first.
+TOX_PYTHONS = $(shell for v in 3.12 3.13; do \
+	python$$v -c '' 2>/dev/null && continue; \
+	d=$$(ls -d "$${PYENV_ROOT:-$$HOME/.pyenv}"/versions/$$v.* 2>/dev/null | sort -V | tail -n 1); \
+	[ -n "$$d" ] && printf '%s/bin:' "$$d"; done)
+TOX = PATH="$(TOX_PYTHONS)$$PATH" POSTGRES_URL=$(POSTGRES_URL) $(BIN)/tox
+# The fault suite (tests/faults: killed workers, a restarted database) runs in `make test`
+# and `make test-postgres` (Python 3.11, Django 5.2); the other legs leave it out for time.
+MATRIX_PYTEST_ARGS ?= -m "not faults"
+MATRIX_ENVS := py312-django60-sqlite,py312-django60-postgres,py313-django61-sqlite,py313-django61-postgres
+MINIMUM_ENVS := py311-minimum-sqlite,py311-minimum-postgres
+
+.PHONY: help install install-dev install-browser demo test test-postgres test-matrix test-minimum lint migrations-check docs dist clean
 
 help:
-	@echo "Targets: demo test test-postgres lint migrations-check docs dist install install-dev install-browser clean"
+	@echo "Targets: demo test test-postgres test-matrix test-minimum lint migrations-check docs dist install install-dev install-browser clean"
 	@echo "Each one creates $(VENV) and installs what it needs on first use."
 	@echo "Pass pytest arguments with PYTEST_ARGS, e.g. make test PYTEST_ARGS='-x -k lease'."
 
@@ -45,15 +61,20 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV_DIR)
 	$(PIP) install --quiet --upgrade pip
 
-# The test extra: pytest, pytest-django, django-environ, psycopg, ...
+# The demo extra: only what example_project needs (django-environ, the Tasks backport).
+$(STAMP_DEMO): pyproject.toml | $(BIN)/python
+	$(PIP) install -e ".[demo]"
+	touch $@
+
+# The test extra: pytest, pytest-django, django-environ, psycopg, ... (it covers the demo).
 $(STAMP_TEST): pyproject.toml | $(BIN)/python
 	$(PIP) install -e ".[test]"
-	touch $@
+	touch $@ $(STAMP_DEMO)
 
 # The dev extra (ruff, mypy, django-stubs, tox, sphinx) includes the test extra.
 $(STAMP_DEV): pyproject.toml | $(BIN)/python
 	$(PIP) install -e ".[dev]"
-	touch $@ $(STAMP_TEST)
+	touch $@ $(STAMP_TEST) $(STAMP_DEMO)
 
 install: $(STAMP_TEST)
 
@@ -78,7 +99,7 @@ install-browser:
 		test -x $(CHROMIUM); \
 	fi
 
-demo: $(STAMP_TEST)
+demo: $(STAMP_DEMO)
 	cd example_project && $(BIN)/python manage.py migrate --noinput
 	cd example_project && $(BIN)/python manage.py demo
 
@@ -89,6 +110,13 @@ test: $(STAMP_TEST) install-browser
 
 test-postgres: $(STAMP_TEST) install-browser
 	DATABASE_URL=$(POSTGRES_URL) $(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# One tox environment after another: the postgres ones share one test database.
+test-matrix: $(STAMP_DEV) install-browser
+	$(TOX) -e $(MATRIX_ENVS) -- $(MATRIX_PYTEST_ARGS) $(PYTEST_ARGS)
+
+test-minimum: $(STAMP_DEV) install-browser
+	$(TOX) -e $(MINIMUM_ENVS) -- $(MATRIX_PYTEST_ARGS) $(PYTEST_ARGS)
 
 lint: $(STAMP_DEV)
 	$(BIN)/ruff check .
