@@ -57,13 +57,16 @@ help:
 	@echo "Each one creates $(VENV) and installs what it needs on first use."
 	@echo "Pass pytest arguments with PYTEST_ARGS, e.g. make test PYTEST_ARGS='-x -k lease'."
 
+# The venv's own pip (23 or newer) installs everything here; not upgrading it keeps a
+# first `make demo` from downloading pip.
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV_DIR)
-	$(PIP) install --quiet --upgrade pip
 
 # The demo extra: only what example_project needs (django-environ, the Tasks backport).
+# --no-compile: Python compiles what the demo imports when it first imports it, rather
+# than all of Django at install time.
 $(STAMP_DEMO): pyproject.toml | $(BIN)/python
-	$(PIP) install -e ".[demo]"
+	$(PIP) install --no-compile -e ".[demo]"
 	touch $@
 
 # The test extra: pytest, pytest-django, django-environ, psycopg, ... (it covers the demo).
@@ -100,7 +103,6 @@ install-browser:
 	fi
 
 demo: $(STAMP_DEMO)
-	cd example_project && $(BIN)/python manage.py migrate --noinput
 	cd example_project && $(BIN)/python manage.py demo
 
 # `python -m pytest` (not `pytest`) puts the repository root on sys.path, so the

@@ -120,11 +120,11 @@ DURABLE_JOBS = {
                 "requested_horizon": 7,
             },
         },
-        "price-snapshot": {"interval": "3s", "job": "catalog.price_snapshot"},
+        "price-snapshot": {"interval": "1s", "job": "catalog.price_snapshot"},
     },
-    # Poll twice a second so the demo's retries and delayed job start promptly.
-    # (On PostgreSQL, LISTEN/NOTIFY wakes idle workers at once anyway.)
-    "POLL_INTERVAL": 0.5,
+    # Poll four times a second so the demo's retries (half a second apart) and its delayed
+    # job start promptly. (On PostgreSQL, LISTEN/NOTIFY wakes idle workers at once anyway.)
+    "POLL_INTERVAL": 0.25,
     "SHUTDOWN_GRACE_SECONDS": 10,
 }
 

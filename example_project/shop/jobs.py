@@ -19,12 +19,12 @@ def send_receipt(order_id: int) -> None:
     logger.info("receipt for order %s sent", order_id)
 
 
-@job(takes_context=True, max_retries=5, backoff=[1, 1])
+@job(takes_context=True, max_retries=5, backoff=[0.5])
 def charge_card(context: JobContext, order_id: int, amount_cents: int) -> dict[str, int]:
     """Fails on its first two attempts (a flaky payment gateway), then succeeds.
 
-    ``backoff=[1, 1]`` retries after one second each time; the default is
-    exponential (15 s, 30 s, 60 s, ... plus jitter).
+    ``backoff=[0.5]`` retries after half a second each time (the last delay of the
+    list repeats); the default is exponential (15 s, 30 s, 60 s, ... plus jitter).
     """
     if context.attempt <= 2:
         raise ConnectionError(f"payment gateway timed out (attempt {context.attempt})")
@@ -32,7 +32,7 @@ def charge_card(context: JobContext, order_id: int, amount_cents: int) -> dict[s
     return {"order_id": order_id, "charged_cents": amount_cents}  # stored as Job.result
 
 
-@job(max_retries=2, backoff=[1])
+@job(max_retries=2, backoff=[0.5])
 def sync_inventory(sku: str) -> None:
     """Always fails: after 1 + max_retries attempts the job ends ``dead``."""
     raise LookupError(f"the warehouse has no product with SKU {sku!r}")
