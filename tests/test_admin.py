@@ -15,6 +15,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 from django.contrib.auth.models import Permission, User
+from django.core.exceptions import BadRequest
 from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
@@ -150,7 +151,32 @@ def test_error_filter_on_an_attempt_that_did_not_fail_or_is_gone_matches_nothing
     assert listed(admin_client) != []
     assert listed(admin_client, error=completed_attempt) == []
     assert listed(admin_client, error=completed_attempt + 1000) == []  # pruned since
-    assert listed(admin_client, error="not-a-number") == []
+    assert listed(admin_client, error=2**63 - 1) == []  # the largest id there can be
+    assert listed(admin_client, error="0007") == []  # leading zeros: still an id
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "99999999999999999999999",
+        "9223372036854775808",  # 2**63: one past the largest id
+        "9" * 5000,
+        "abc",
+        "\N{SUPERSCRIPT TWO}",  # isdigit() but not int()
+        "\N{ARABIC-INDIC DIGIT ONE}",  # int() takes it; no id is spelled so
+        "-1",
+        "1.0",
+        " 1",
+    ],
+)
+def test_error_filter_refuses_a_value_that_is_no_attempt_id(admin_client, caplog, value) -> None:
+    response = admin_client.get(changelist("job"), {"error": value})
+    assert response.status_code == 400
+    # Django logs the 400 with the refusal, which says what the parameter takes.
+    (logged,) = [r for r in caplog.records if r.name == "django.request"]
+    refusal = logged.exc_info[1]
+    assert isinstance(refusal, BadRequest)
+    assert str(refusal).startswith("?error= takes the id of an attempt")
 
 
 def test_search_matches_an_id_a_handler_name_or_an_idempotency_key_exactly(admin_client) -> None:

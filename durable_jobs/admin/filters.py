@@ -12,7 +12,7 @@ import datetime
 from typing import Any
 
 from django.contrib import admin
-from django.core.exceptions import FieldDoesNotExist
+from django.core.exceptions import BadRequest, FieldDoesNotExist
 from django.core.paginator import Paginator
 from django.db import models
 from django.db.models import QuerySet
@@ -99,20 +99,29 @@ class NameFilter(admin.SimpleListFilter):
 class ErrorFilter(admin.SimpleListFilter):
     """Jobs that failed with the same error as an attempt (the overview's error groups).
 
-    Shown only while active: its one choice is the error being filtered on.
+    Shown only while active: its one choice is the error being filtered on. A value that
+    is no attempt id at all is refused (400); the id of an attempt that has gone since,
+    or did not fail, matches no job.
     """
 
     title = "error"
     parameter_name = "error"
 
-    def example(self) -> Attempt | None:
-        value = self.value()
+    def attempt_id(self) -> int:
+        """The filter's value as an attempt id, or BadRequest when it cannot be one."""
+        text = str(self.value() or "")
         # isdecimal, not isdigit: int() refuses digits such as "²". At most 19 digits and
-        # below 2**63: a larger id is no attempt's, and the database would refuse it.
-        text = str(value or "")
-        if not (text.isascii() and text.isdecimal() and len(text) <= 19 and int(text) < 2**63):
-            return None
-        return Attempt.objects.filter(pk=int(text), outcome__in=FAILED_OUTCOMES).first()
+        # below 2**63: a larger number is no id the database can hold (and int() refuses
+        # strings of thousands of digits).
+        if text.isascii() and text.isdecimal() and len(text) <= 19 and int(text) < 2**63:
+            return int(text)
+        raise BadRequest(
+            f"?{self.parameter_name}= takes the id of an attempt (a whole number below 2**63)"
+            f", not {text[:40]!r}."
+        )
+
+    def example(self) -> Attempt | None:
+        return Attempt.objects.filter(pk=self.attempt_id(), outcome__in=FAILED_OUTCOMES).first()
 
     def has_output(self) -> bool:
         # Shown (and applied) whenever the parameter is given, even when its attempt has
@@ -120,9 +129,11 @@ class ErrorFilter(admin.SimpleListFilter):
         return bool(self.value())
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        if not self.value():
+            return []
         attempt = self.example()
         if attempt is None:
-            return [(str(self.value()), "an error no longer recorded")] if self.value() else []
+            return [(str(self.value()), "an error no longer recorded")]
         return [
             (
                 str(attempt.pk),
