@@ -2,11 +2,12 @@ from django.apps import AppConfig
 from django.core.exceptions import ImproperlyConfigured
 from django.db.backends.signals import connection_created
 from django.utils.module_loading import autodiscover_modules
+from django.utils.translation import gettext_lazy as _
 
 
 class DurableJobsConfig(AppConfig):
     name = "durable_jobs"
-    verbose_name = "Durable jobs"
+    verbose_name = _("Durable jobs")
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:

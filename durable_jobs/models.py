@@ -14,6 +14,7 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 from django.utils.timezone import now
+from django.utils.translation import gettext_lazy as _
 
 from durable_jobs.conf import get_settings
 from durable_jobs.flow.rates import format_rate
@@ -23,14 +24,14 @@ from durable_jobs.lifecycle.states import CLAIMABLE, FINAL, State
 class Outcome(models.TextChoices):
     """How one attempt ended."""
 
-    COMPLETED = "completed", "Completed"
-    FAILED = "failed", "Failed"
-    TIMED_OUT = "timed_out", "Timed out"
-    SNOOZED = "snoozed", "Snoozed"
-    CANCELLED = "cancelled", "Cancelled"
-    DISCARDED = "discarded", "Discarded"
-    LOST = "lost", "Lost (lease expired)"
-    INTERRUPTED = "interrupted", "Interrupted (worker stopped)"
+    COMPLETED = "completed", _("Completed")
+    FAILED = "failed", _("Failed")
+    TIMED_OUT = "timed_out", _("Timed out")
+    SNOOZED = "snoozed", _("Snoozed")
+    CANCELLED = "cancelled", _("Cancelled")
+    DISCARDED = "discarded", _("Discarded")
+    LOST = "lost", _("Lost (lease expired)")
+    INTERRUPTED = "interrupted", _("Interrupted (worker stopped)")
 
 
 #: Attempt outcomes that count as failures in error groups and the failure rate.
@@ -50,15 +51,23 @@ def _claimable() -> Q:
 class Node(models.Model):
     """One running worker process."""
 
-    name = models.CharField(max_length=100, unique=True, help_text="Synthetic, never the host.")
-    pid = models.PositiveIntegerField()
-    queues = models.JSONField(default=dict, help_text="Queue name -> concurrency on this node.")
-    concurrency = models.PositiveIntegerField(default=0)
-    started_at = models.DateTimeField(default=timezone.now)
-    last_heartbeat_at = models.DateTimeField(default=timezone.now, db_index=True)
-    stopping = models.BooleanField(default=False)
+    name = models.CharField(
+        _("name"), max_length=100, unique=True, help_text=_("Synthetic, never the host.")
+    )
+    pid = models.PositiveIntegerField(_("pid"))
+    queues = models.JSONField(
+        _("queues"), default=dict, help_text=_("Queue name -> concurrency on this node.")
+    )
+    concurrency = models.PositiveIntegerField(_("concurrency"), default=0)
+    started_at = models.DateTimeField(_("started at"), default=timezone.now)
+    last_heartbeat_at = models.DateTimeField(
+        _("last heartbeat at"), default=timezone.now, db_index=True
+    )
+    stopping = models.BooleanField(_("stopping"), default=False)
 
     class Meta:
+        verbose_name = _("node")
+        verbose_name_plural = _("nodes")
         ordering = ["-started_at"]
 
     def __str__(self) -> str:
@@ -78,25 +87,36 @@ class Queue(models.Model):
     operator paused it. A queue without a row is running and unlimited.
     """
 
-    name = models.CharField(primary_key=True, max_length=100)
-    paused = models.BooleanField(default=False)
-    paused_at = models.DateTimeField(null=True, blank=True)
+    name = models.CharField(_("name"), primary_key=True, max_length=100)
+    paused = models.BooleanField(_("paused"), default=False)
+    paused_at = models.DateTimeField(_("paused at"), null=True, blank=True)
     global_concurrency = models.PositiveIntegerField(
-        null=True, blank=True, help_text="At most this many leased jobs across every node."
+        _("global concurrency"),
+        null=True,
+        blank=True,
+        help_text=_("At most this many leased jobs across every node."),
     )
     rate_limit = models.PositiveIntegerField(
-        null=True, blank=True, help_text="At most this many job starts per rate period."
+        _("rate limit"),
+        null=True,
+        blank=True,
+        help_text=_("At most this many job starts per rate period."),
     )
     rate_period = models.FloatField(
-        null=True, blank=True, help_text="Seconds of the sliding rate-limit window."
+        _("rate period"),
+        null=True,
+        blank=True,
+        help_text=_("Seconds of the sliding rate-limit window."),
     )
     # Recent starts as [[epoch seconds, count], ...], one entry per claim: the sliding log
     # that the claim transaction reads and appends to while it holds this row's lock.
-    rate_window = models.JSONField(default=list, blank=True)
-    created_at = models.DateTimeField(default=now)
-    updated_at = models.DateTimeField(default=now)
+    rate_window = models.JSONField(_("rate window"), default=list, blank=True)
+    created_at = models.DateTimeField(_("created at"), default=now)
+    updated_at = models.DateTimeField(_("updated at"), default=now)
 
     class Meta:
+        verbose_name = _("queue")
+        verbose_name_plural = _("queues")
         ordering = ["name"]
 
     def __str__(self) -> str:
@@ -115,23 +135,24 @@ class Queue(models.Model):
 class Batch(models.Model):
     """Jobs enqueued together; a callback job runs once when every one of them is final."""
 
-    id = models.BigAutoField(primary_key=True)
-    name = models.CharField(max_length=255, blank=True, default="")
-    total = models.PositiveIntegerField(default=0)
+    id = models.BigAutoField(_("id"), primary_key=True)
+    name = models.CharField(_("name"), max_length=255, blank=True, default="")
+    total = models.PositiveIntegerField(_("total"), default=0)
     # The callback, as a prepared enqueue: handler name, payload and options.
-    callback_name = models.CharField(max_length=255, blank=True, default="")
-    callback_payload = models.JSONField(default=dict, blank=True)
-    callback_options = models.JSONField(default=dict, blank=True)
-    callback_job_id = models.BigIntegerField(null=True, blank=True)
-    created_at = models.DateTimeField(default=now)
-    finished_at = models.DateTimeField(null=True, blank=True)
+    callback_name = models.CharField(_("callback name"), max_length=255, blank=True, default="")
+    callback_payload = models.JSONField(_("callback payload"), default=dict, blank=True)
+    callback_options = models.JSONField(_("callback options"), default=dict, blank=True)
+    callback_job_id = models.BigIntegerField(_("callback job id"), null=True, blank=True)
+    created_at = models.DateTimeField(_("created at"), default=now)
+    finished_at = models.DateTimeField(_("finished at"), null=True, blank=True)
     # Jobs per final state, recorded when the batch finished.
-    counts = models.JSONField(default=dict, blank=True)
-    meta = models.JSONField(default=dict, blank=True)
+    counts = models.JSONField(_("counts"), default=dict, blank=True)
+    meta = models.JSONField(_("meta"), default=dict, blank=True)
 
     class Meta:
         ordering = ["-id"]
-        verbose_name_plural = "batches"
+        verbose_name = _("batch")
+        verbose_name_plural = _("batches")
         indexes = [
             models.Index(
                 fields=["created_at"],
@@ -149,57 +170,76 @@ class Batch(models.Model):
 
 
 class Job(models.Model):
-    id = models.BigAutoField(primary_key=True)
-    queue = models.CharField(max_length=100, default="default")
-    name = models.CharField(max_length=255, help_text="The handler's registered name.")
-    payload = models.JSONField(default=dict, help_text="Keyword arguments for the handler.")
-    idempotency_key = models.CharField(max_length=255, null=True, blank=True, unique=True)
+    id = models.BigAutoField(_("id"), primary_key=True)
+    queue = models.CharField(_("queue"), max_length=100, default="default")
+    name = models.CharField(
+        _("name"), max_length=255, help_text=_("The handler's registered name.")
+    )
+    payload = models.JSONField(
+        _("payload"), default=dict, help_text=_("Keyword arguments for the handler.")
+    )
+    idempotency_key = models.CharField(
+        _("idempotency key"), max_length=255, null=True, blank=True, unique=True
+    )
     # For @job(unique=...): the states (",queued,leased,") in which the key holds. Leaving
     # them frees the key for a new job. Empty: the key holds for the job's lifetime.
-    unique_states = models.CharField(max_length=100, blank=True, default="")
+    unique_states = models.CharField(_("unique states"), max_length=100, blank=True, default="")
     # At most concurrency_limit jobs sharing concurrency_key are leased at once.
-    concurrency_key = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001
-    concurrency_limit = models.PositiveIntegerField(null=True, blank=True)
+    concurrency_key = models.CharField(  # noqa: DJ001
+        _("concurrency key"), max_length=255, null=True, blank=True
+    )
+    concurrency_limit = models.PositiveIntegerField(_("concurrency limit"), null=True, blank=True)
     batch = models.ForeignKey(
         Batch,
+        verbose_name=_("batch"),
         null=True,
         blank=True,
         on_delete=models.SET_NULL,
         related_name="jobs",
         db_index=False,  # the partial index below holds only jobs that belong to a batch
     )
-    state = models.CharField(max_length=16, choices=State.choices, default=State.QUEUED)
-    priority = models.SmallIntegerField(default=0, help_text="-100..100; higher runs first.")
-    attempts = models.PositiveIntegerField(default=0)
-    max_retries = models.PositiveIntegerField(default=10)
-    timeout = models.FloatField(null=True, blank=True, help_text="Seconds; none when empty.")
-    available_at = models.DateTimeField(default=timezone.now)
-    attempted_at = models.DateTimeField(null=True, blank=True)
-    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    state = models.CharField(_("state"), max_length=16, choices=State.choices, default=State.QUEUED)
+    priority = models.SmallIntegerField(
+        _("priority"), default=0, help_text=_("-100..100; higher runs first.")
+    )
+    attempts = models.PositiveIntegerField(_("attempts"), default=0)
+    max_retries = models.PositiveIntegerField(_("max retries"), default=10)
+    timeout = models.FloatField(
+        _("timeout"), null=True, blank=True, help_text=_("Seconds; none when empty.")
+    )
+    available_at = models.DateTimeField(_("available at"), default=timezone.now)
+    attempted_at = models.DateTimeField(_("attempted at"), null=True, blank=True)
+    lease_expires_at = models.DateTimeField(_("lease expires at"), null=True, blank=True)
     # The node holding the current lease; cleared when the lease ends (see Attempt.node).
     leased_by = models.ForeignKey(
         Node,
+        verbose_name=_("leased by"),
         null=True,
         blank=True,
         on_delete=models.SET_NULL,
         related_name="jobs",
         db_index=False,  # the partial index below holds only leased jobs
     )
-    lease_token = models.UUIDField(null=True, blank=True)
-    created_at = models.DateTimeField(default=timezone.now)
-    updated_at = models.DateTimeField(default=timezone.now)
-    finished_at = models.DateTimeField(null=True, blank=True)
-    result = models.JSONField(null=True, blank=True)
-    progress = models.FloatField(null=True, blank=True)
-    last_error = models.TextField(blank=True, default="")
-    meta = models.JSONField(default=dict, blank=True)
+    lease_token = models.UUIDField(_("lease token"), null=True, blank=True)
+    created_at = models.DateTimeField(_("created at"), default=timezone.now)
+    updated_at = models.DateTimeField(_("updated at"), default=timezone.now)
+    finished_at = models.DateTimeField(_("finished at"), null=True, blank=True)
+    result = models.JSONField(_("result"), null=True, blank=True)
+    progress = models.FloatField(_("progress"), null=True, blank=True)
+    last_error = models.TextField(_("last error"), blank=True, default="")
+    meta = models.JSONField(_("meta"), default=dict, blank=True)
     # A job enqueued through Django's Tasks framework: {"backend": alias, "run_after": ISO
     # text or null}. Its name is the Task's module path; its payload {"args", "kwargs"}.
     task = models.JSONField(
-        null=True, blank=True, help_text="For a django.tasks job: its backend alias and run_after."
+        _("task"),
+        null=True,
+        blank=True,
+        help_text=_("For a django.tasks job: its backend alias and run_after."),
     )
 
     class Meta:
+        verbose_name = _("job")
+        verbose_name_plural = _("jobs")
         ordering = ["-id"]
         indexes = [
             # The claim: per queue, highest priority first, then FIFO. Partial, so it
@@ -296,8 +336,8 @@ class Overview(Job):
 
     class Meta:
         proxy = True
-        verbose_name = "overview"
-        verbose_name_plural = "overview"
+        verbose_name = _("overview")
+        verbose_name_plural = _("overview")
         # Seeing it needs only the Job view permission (see OverviewAdmin).
         default_permissions = ()
 
@@ -305,21 +345,29 @@ class Overview(Job):
 class Attempt(models.Model):
     """One try at running a job, kept for as long as the job is."""
 
-    id = models.BigAutoField(primary_key=True)
-    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="attempt_set")
-    number = models.PositiveIntegerField()
+    id = models.BigAutoField(_("id"), primary_key=True)
+    job = models.ForeignKey(
+        Job, verbose_name=_("job"), on_delete=models.CASCADE, related_name="attempt_set"
+    )
+    number = models.PositiveIntegerField(_("number"))
     # The node's name, as text: Node rows go when their process stops, the history stays.
-    node = models.CharField(max_length=100, blank=True, default="")
-    started_at = models.DateTimeField()
-    finished_at = models.DateTimeField()
-    duration = models.DurationField()
-    outcome = models.CharField(max_length=16, choices=Outcome.choices)
-    error_class = models.CharField(max_length=255, blank=True, default="")
-    error_message = models.TextField(blank=True, default="", help_text="The whole cause chain.")
-    traceback = models.TextField(blank=True, default="")
-    log = models.TextField(blank=True, default="", help_text="Lines logged via context.logger.")
+    node = models.CharField(_("node"), max_length=100, blank=True, default="")
+    started_at = models.DateTimeField(_("started at"))
+    finished_at = models.DateTimeField(_("finished at"))
+    duration = models.DurationField(_("duration"))
+    outcome = models.CharField(_("outcome"), max_length=16, choices=Outcome.choices)
+    error_class = models.CharField(_("error class"), max_length=255, blank=True, default="")
+    error_message = models.TextField(
+        _("error message"), blank=True, default="", help_text=_("The whole cause chain.")
+    )
+    traceback = models.TextField(_("traceback"), blank=True, default="")
+    log = models.TextField(
+        _("log"), blank=True, default="", help_text=_("Lines logged via context.logger.")
+    )
 
     class Meta:
+        verbose_name = _("attempt")
+        verbose_name_plural = _("attempts")
         ordering = ["job_id", "id"]
         indexes = [
             models.Index(fields=["job", "number"], name="durable_attempt_job_idx"),
@@ -340,49 +388,57 @@ class Attempt(models.Model):
 class CatchUp(models.TextChoices):
     """What a schedule does with occurrences missed while no heartbeat ran."""
 
-    LATEST = "latest", "Run the most recent missed occurrence once"
-    ALL = "all", "Run every missed occurrence, up to catch_up_limit"
-    SKIP = "skip", "Skip missed occurrences"
+    LATEST = "latest", _("Run the most recent missed occurrence once")
+    ALL = "all", _("Run every missed occurrence, up to catch_up_limit")
+    SKIP = "skip", _("Skip missed occurrences")
 
 
 class Schedule(models.Model):
     """A durable schedule: the heartbeat turns each due occurrence into one job."""
 
     # (The ``timezone`` field shadows django.utils.timezone inside this class body.)
-    id = models.CharField(primary_key=True, max_length=150)
+    id = models.CharField(_("id"), primary_key=True, max_length=150)
     expression = models.CharField(
-        max_length=200, help_text="5- or 6-field cron, an interval like 5m, or once:<ISO time>."
+        _("expression"),
+        max_length=200,
+        help_text=_("5- or 6-field cron, an interval like 5m, or once:<ISO time>."),
     )
     timezone = models.CharField(
-        max_length=64, default="UTC", help_text="IANA name, e.g. Europe/Paris."
+        _("timezone"), max_length=64, default="UTC", help_text=_("IANA name, e.g. Europe/Paris.")
     )
-    queue = models.CharField(max_length=100, default="default")
-    name = models.CharField(max_length=255, help_text="The handler's registered name.")
-    payload = models.JSONField(default=dict, blank=True)
-    priority = models.SmallIntegerField(default=0)
-    enabled = models.BooleanField(default=True)
-    next_run_at = models.DateTimeField(null=True, blank=True)
-    last_run_at = models.DateTimeField(null=True, blank=True)
-    last_status = models.CharField(max_length=20, blank=True, default="")
-    last_error = models.TextField(blank=True, default="")
-    last_duration_ms = models.FloatField(null=True, blank=True)
-    last_job_id = models.BigIntegerField(null=True, blank=True)
-    run_count = models.PositiveIntegerField(default=0)
-    fail_count = models.PositiveIntegerField(default=0)
-    consecutive_fails = models.PositiveIntegerField(default=0)
-    max_consecutive_fails = models.PositiveIntegerField(default=5)
+    queue = models.CharField(_("queue"), max_length=100, default="default")
+    name = models.CharField(
+        _("name"), max_length=255, help_text=_("The handler's registered name.")
+    )
+    payload = models.JSONField(_("payload"), default=dict, blank=True)
+    priority = models.SmallIntegerField(_("priority"), default=0)
+    enabled = models.BooleanField(_("enabled"), default=True)
+    next_run_at = models.DateTimeField(_("next run at"), null=True, blank=True)
+    last_run_at = models.DateTimeField(_("last run at"), null=True, blank=True)
+    last_status = models.CharField(_("last status"), max_length=20, blank=True, default="")
+    last_error = models.TextField(_("last error"), blank=True, default="")
+    last_duration_ms = models.FloatField(_("last duration ms"), null=True, blank=True)
+    last_job_id = models.BigIntegerField(_("last job id"), null=True, blank=True)
+    run_count = models.PositiveIntegerField(_("run count"), default=0)
+    fail_count = models.PositiveIntegerField(_("fail count"), default=0)
+    consecutive_fails = models.PositiveIntegerField(_("consecutive fails"), default=0)
+    max_consecutive_fails = models.PositiveIntegerField(_("max consecutive fails"), default=5)
     # After a failed enqueue the same occurrence is retried, not before this time.
-    retry_at = models.DateTimeField(null=True, blank=True)
-    catch_up = models.CharField(max_length=10, choices=CatchUp.choices, default=CatchUp.LATEST)
-    catch_up_limit = models.PositiveIntegerField(default=10)
+    retry_at = models.DateTimeField(_("retry at"), null=True, blank=True)
+    catch_up = models.CharField(
+        _("catch up"), max_length=10, choices=CatchUp.choices, default=CatchUp.LATEST
+    )
+    catch_up_limit = models.PositiveIntegerField(_("catch up limit"), default=10)
     # Schedules declared in DURABLE_JOBS["SCHEDULES"] are removed when the declaration goes;
     # those created through the API are left alone.
-    declared_in_settings = models.BooleanField(default=False)
-    created_at = models.DateTimeField(default=now)
-    updated_at = models.DateTimeField(default=now)
-    metadata = models.JSONField(default=dict, blank=True)
+    declared_in_settings = models.BooleanField(_("declared in settings"), default=False)
+    created_at = models.DateTimeField(_("created at"), default=now)
+    updated_at = models.DateTimeField(_("updated at"), default=now)
+    metadata = models.JSONField(_("metadata"), default=dict, blank=True)
 
     class Meta:
+        verbose_name = _("schedule")
+        verbose_name_plural = _("schedules")
         ordering = ["id"]
         indexes = [
             # The heartbeat reads only due, enabled schedules, however many exist.

@@ -8,8 +8,10 @@ from django.contrib import admin
 from django.http import HttpRequest
 from django.urls import reverse
 from django.utils.html import format_html
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
 
-from durable_jobs.admin.display import badge, pretty_json, progress_bar
+from durable_jobs.admin.display import badge, label, pretty_json, progress_bar
 from durable_jobs.admin.filters import SafeLookupsMixin
 from durable_jobs.models import Batch
 from durable_jobs.serializers import batch_to_dict
@@ -52,32 +54,34 @@ class BatchAdmin(SafeLookupsMixin, admin.ModelAdmin):
             batch._summary_cache = cache  # type: ignore[attr-defined]
         return cache
 
-    @admin.display(description="status")
+    @admin.display(description=_("status"))
     def status(self, batch: Batch) -> str:
         return badge(self._summary(batch)["status"])
 
-    @admin.display(description="progress")
+    @admin.display(description=_("progress"))
     def progress(self, batch: Batch) -> str:
         summary = self._summary(batch)
         percent = 100.0 * summary["done"] / summary["total"] if summary["total"] else 100.0
         return format_html("{} {}/{}", progress_bar(percent), summary["done"], summary["total"])
 
-    @admin.display(description="jobs per state")
+    @admin.display(description=_("jobs per state"))
     def counts_shown(self, batch: Batch) -> str:
-        return ", ".join(f"{k} {v}" for k, v in self._summary(batch)["counts"].items()) or "-"
+        counts = self._summary(batch)["counts"].items()
+        return ", ".join(f"{label(state)} {count}" for state, count in counts) or "-"
 
-    @admin.display(description="jobs")
+    @admin.display(description=_("jobs"))
     def jobs_link(self, batch: Batch) -> str:
         url = reverse("admin:durable_jobs_job_changelist") + f"?batch__id__exact={batch.pk}"
-        return format_html('<a href="{}">the batch\'s jobs</a>', url)
+        return format_html('<a href="{}">{}</a>', url, gettext("the batch's jobs"))
 
-    @admin.display(description="callback job")
+    @admin.display(description=_("callback job"))
     def callback_link(self, batch: Batch) -> str:
         if not batch.callback_job_id:
             return "-"
         url = reverse("admin:durable_jobs_job_change", args=[batch.callback_job_id])
-        return format_html('<a href="{}">job {}</a>', url, batch.callback_job_id)
+        text = gettext("job %(id)s") % {"id": batch.callback_job_id}
+        return format_html('<a href="{}">{}</a>', url, text)
 
-    @admin.display(description="callback payload (secrets masked)")
+    @admin.display(description=_("callback payload (secrets masked)"))
     def callback_payload_json(self, batch: Batch) -> str:
         return pretty_json(batch.callback_payload)

@@ -20,6 +20,8 @@ from django.http import HttpRequest
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 from django.utils.functional import cached_property
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
 
 from durable_jobs import overview
 from durable_jobs.flow.queues import declared
@@ -67,7 +69,7 @@ class SafeLookupsMixin:
 class QueueFilter(admin.SimpleListFilter):
     """Queues of the settings, the queue table and the nodes; any other still filters."""
 
-    title = "queue"
+    title = _("queue")
     parameter_name = "queue"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
@@ -83,7 +85,7 @@ class QueueFilter(admin.SimpleListFilter):
 class NameFilter(admin.SimpleListFilter):
     """Handlers registered in this process; any other name still filters from the URL."""
 
-    title = "handler"
+    title = _("handler")
     parameter_name = "name"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
@@ -104,7 +106,7 @@ class ErrorFilter(admin.SimpleListFilter):
     or did not fail, matches no job.
     """
 
-    title = "error"
+    title = _("error")
     parameter_name = "error"
 
     def attempt_id(self) -> int:
@@ -133,7 +135,7 @@ class ErrorFilter(admin.SimpleListFilter):
             return []
         attempt = self.example()
         if attempt is None:
-            return [(str(self.value()), "an error no longer recorded")]
+            return [(str(self.value()), gettext("an error no longer recorded"))]
         return [
             (
                 str(attempt.pk),

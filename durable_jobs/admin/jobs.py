@@ -10,9 +10,11 @@ from django.db.models import Q, QuerySet
 from django.http import HttpRequest
 from django.template.response import TemplateResponse
 from django.utils.html import format_html, format_html_join
+from django.utils.translation import gettext, ngettext_lazy
+from django.utils.translation import gettext_lazy as _
 
 from durable_jobs import actions
-from durable_jobs.admin.display import age, badge, pretty_json, progress_bar, report
+from durable_jobs.admin.display import age, badge, label, pretty_json, progress_bar, report
 from durable_jobs.admin.filters import (
     CappedPaginator,
     ErrorFilter,
@@ -36,10 +38,25 @@ ATTEMPT_FIELDS = (
 )
 
 
-#: Why "Retry now" skipped a job.
-RETRY_SKIPPED = "not dead, cancelled or retrying"
-#: Why "Run now" skipped a job.
-RUN_SKIPPED = "not waiting for a later time"
+#: Why each action skipped a job.
+RUN_SKIPPED = _("not waiting for a later time")
+RETRY_SKIPPED = _("not dead, cancelled or retrying")
+CANCEL_SKIPPED = _("already finished")
+DISCARD_SKIPPED = _("running or finished")
+DELETE_SKIPPED = _("running: cancel first")
+
+#: What each action did, counted (``display.report``).
+MADE_AVAILABLE = ngettext_lazy(
+    "%(count)d job made available now", "%(count)d jobs made available now", "count"
+)
+RETRIED = ngettext_lazy("%(count)d job retried", "%(count)d jobs retried", "count")
+CANCELLED = ngettext_lazy("%(count)d job cancelled", "%(count)d jobs cancelled", "count")
+DISCARDED = ngettext_lazy("%(count)d job discarded", "%(count)d jobs discarded", "count")
+DELETED = ngettext_lazy("%(count)d job deleted", "%(count)d jobs deleted", "count")
+
+#: The fields of the fieldsets shown only for some jobs (see JobAdmin.get_fieldsets).
+WHY_FIELDS: list[Any] = ["why_waiting"]
+TASK_FIELDS: list[Any] = ["task_path", "task_alias"]
 
 
 class AttemptInline(admin.TabularInline):
@@ -71,7 +88,7 @@ class JobAdmin(SafeLookupsMixin, admin.ModelAdmin):
     list_filter = ["state", QueueFilter, NameFilter, "created_at", ErrorFilter]
     # Exact matches only (see get_search_results): each is one index probe.
     search_fields = ["=name", "=idempotency_key"]
-    search_help_text = "A job id, a handler's full name, or an idempotency key."
+    search_help_text = _("A job id, a handler's full name, or an idempotency key.")
     list_select_related = ["leased_by"]
     raw_id_fields = ["batch"]
     # Counting a large table on every page is what makes dashboards slow.
@@ -84,18 +101,18 @@ class JobAdmin(SafeLookupsMixin, admin.ModelAdmin):
     actions = ["run_now", "retry_now", "cancel", "discard", "delete_selected"]
     fieldsets = [
         (None, {"fields": ["id", "name", "queue", "state", "priority", "idempotency_key"]}),
-        ("Django task", {"fields": ["task_path", "task_alias"]}),
-        ("Why isn't it running?", {"fields": ["why_waiting"]}),
+        (_("Django task"), {"fields": TASK_FIELDS}),
+        (_("Why isn't it running?"), {"fields": WHY_FIELDS}),
         (
-            "Payload and result",
+            _("Payload and result"),
             {"fields": ["payload_json", "result_json", "progress_bar", "last_error"]},
         ),
         (
-            "Flow control",
+            _("Flow control"),
             {"fields": ["batch", "concurrency_key", "concurrency_limit", "unique_in"]},
         ),
         (
-            "Timing and lease",
+            _("Timing and lease"),
             {
                 "fields": [
                     "attempts",
@@ -112,17 +129,17 @@ class JobAdmin(SafeLookupsMixin, admin.ModelAdmin):
                 ]
             },
         ),
-        ("Meta", {"fields": ["meta_json"]}),
+        (_("Meta"), {"fields": ["meta_json"]}),
     ]
 
     def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
         fieldsets = self.fieldsets or []
         if obj is None or obj.state not in CLAIMABLE:
             # Only a waiting job has reasons to explain.
-            fieldsets = [f for f in fieldsets if f[1]["fields"] != ["why_waiting"]]
+            fieldsets = [f for f in fieldsets if f[1]["fields"] != WHY_FIELDS]
         if obj is None or obj.task_backend is None:
             # Only a job enqueued through Django's Tasks framework has a Task and an alias.
-            fieldsets = [f for f in fieldsets if f[0] != "Django task"]
+            fieldsets = [f for f in fieldsets if f[1]["fields"] != TASK_FIELDS]
         if not super().has_change_permission(request):
             # The lease token fences a worker's writes: only those who may act on jobs see it.
             fieldsets = [
@@ -171,82 +188,83 @@ class JobAdmin(SafeLookupsMixin, admin.ModelAdmin):
             matches |= Q(pk=int(term))
         return queryset.filter(matches), False
 
-    @admin.display(description="state", ordering="state")
+    @admin.display(description=_("state"), ordering="state")
     def state_badge(self, job: Job) -> str:
         return badge(job.state)
 
-    @admin.display(description="attempts")
+    @admin.display(description=_("attempts"))
     def attempts_of(self, job: Job) -> str:
         return f"{job.attempts}/{job.max_retries + 1}"
 
-    @admin.display(description="available / finished")
+    @admin.display(description=_("available / finished"))
     def when(self, job: Job) -> Any:
         return job.finished_at if job.state in FINAL else job.available_at
 
-    @admin.display(description="age", ordering="created_at")
+    @admin.display(description=_("age"), ordering="created_at")
     def age(self, job: Job) -> str:
         return age(job.created_at)
 
-    @admin.display(description="reasons")
+    @admin.display(description=_("reasons"))
     def why_waiting(self, job: Job) -> str:
         return format_html(
             "<ul style='margin:0'>{}</ul>",
             format_html_join("", "<li>{}</li>", ((r.message,) for r in explain(job))),
         )
 
-    @admin.display(description="progress")
+    @admin.display(description=_("progress"))
     def progress_bar(self, job: Job) -> str:
         return progress_bar(job.progress)
 
-    @admin.display(description="unique while")
+    @admin.display(description=_("unique while"))
     def unique_in(self, job: Job) -> str:
-        return ", ".join(s for s in job.unique_states.split(",") if s) or "-"
+        return ", ".join(label(s) for s in job.unique_states.split(",") if s) or "-"
 
-    @admin.display(description="payload (secrets masked)")
+    @admin.display(description=_("payload (secrets masked)"))
     def payload_json(self, job: Job) -> str:
         return pretty_json(job.payload)
 
-    @admin.display(description="result")
+    @admin.display(description=_("result"))
     def result_json(self, job: Job) -> str:
         return pretty_json(job.result)
 
-    @admin.display(description="meta")
+    @admin.display(description=_("meta"))
     def meta_json(self, job: Job) -> str:
         return pretty_json(job.meta)
 
-    @admin.display(description="Task")
+    @admin.display(description=_("Task"))
     def task_path(self, job: Job) -> str:
         return job.name
 
-    @admin.display(description="TASKS alias")
+    @admin.display(description=_("TASKS alias"))
     def task_alias(self, job: Job) -> str:
         return job.task_backend or ""
 
     @admin.action(
-        description="Run now (delayed or retrying jobs, without waiting)", permissions=["change"]
+        description=_("Run now (delayed or retrying jobs, without waiting)"),
+        permissions=["change"],
     )
     def run_now(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
-        report(self, request, "made available now", *actions.run_jobs(queryset), RUN_SKIPPED)
+        report(self, request, MADE_AVAILABLE, *actions.run_jobs(queryset), RUN_SKIPPED)
 
     @admin.action(
-        description="Retry now (dead, cancelled or retrying jobs)", permissions=["change"]
+        description=_("Retry now (dead, cancelled or retrying jobs)"), permissions=["change"]
     )
     def retry_now(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
-        report(self, request, "retried", *actions.retry_jobs(queryset), RETRY_SKIPPED)
+        report(self, request, RETRIED, *actions.retry_jobs(queryset), RETRY_SKIPPED)
 
-    @admin.action(description="Cancel (waiting or running jobs)", permissions=["change"])
+    @admin.action(description=_("Cancel (waiting or running jobs)"), permissions=["change"])
     def cancel(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
-        report(self, request, "cancelled", *actions.cancel_jobs(queryset), "already finished")
+        report(self, request, CANCELLED, *actions.cancel_jobs(queryset), CANCEL_SKIPPED)
 
-    @admin.action(description="Discard to dead (waiting jobs)", permissions=["change"])
+    @admin.action(description=_("Discard to dead (waiting jobs)"), permissions=["change"])
     def discard(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
-        report(self, request, "discarded", *actions.discard_jobs(queryset), "running or finished")
+        report(self, request, DISCARDED, *actions.discard_jobs(queryset), DISCARD_SKIPPED)
 
     def has_delete_jobs_permission(self, request: HttpRequest) -> bool:
         # Like every action, deleting needs the change permission; it also needs delete.
         return self.has_change_permission(request) and self.has_delete_permission(request)
 
-    @admin.action(description="Delete (jobs not running)", permissions=["delete_jobs"])
+    @admin.action(description=_("Delete (jobs not running)"), permissions=["delete_jobs"])
     def delete_selected(self, request: HttpRequest, queryset: QuerySet[Job]) -> Any:
         if request.POST.get("post") != "yes":
             count = queryset.order_by()[: CappedPaginator.cap + 1].count()
@@ -256,7 +274,7 @@ class JobAdmin(SafeLookupsMixin, admin.ModelAdmin):
                 "admin/durable_jobs/job/delete_jobs_confirmation.html",
                 {
                     **self.admin_site.each_context(request),
-                    "title": "Delete jobs?",
+                    "title": gettext("Delete jobs?"),
                     "opts": self.model._meta,
                     "count": min(count, CappedPaginator.cap),
                     "more": count > CappedPaginator.cap,
@@ -266,5 +284,5 @@ class JobAdmin(SafeLookupsMixin, admin.ModelAdmin):
                     "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
                 },
             )
-        report(self, request, "deleted", *actions.delete_jobs(queryset), "running: cancel first")
+        report(self, request, DELETED, *actions.delete_jobs(queryset), DELETE_SKIPPED)
         return None

@@ -16,9 +16,10 @@ from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
+from django.utils.translation import gettext
 
 from durable_jobs import overview
-from durable_jobs.admin.display import badge
+from durable_jobs.admin.display import badge, label
 from durable_jobs.lifecycle.states import UNFINISHED, State
 from durable_jobs.models import Overview
 
@@ -64,11 +65,17 @@ class OverviewAdmin(admin.ModelAdmin):
         data = overview.overview()
         context = {
             **self.admin_site.each_context(request),
-            "title": "Jobs overview",
+            "title": gettext("Jobs overview"),
             "opts": self.opts,
             "data": data,
-            "unfinished": list(UNFINISHED),
-            "finished": FINISHED_COLUMNS,
+            # The columns' headings: the states' words in the active language.
+            "unfinished": [label(state) for state in UNFINISHED],
+            "finished": [label(state) for state in FINISHED_COLUMNS],
+            "capped_windows": [
+                {"state": label(state), "since": window["since"]}
+                for state, window in data["finished_windows"].items()
+                if window["capped"]
+            ],
             "queues": [self.queue_row(row, data["finished_windows"]) for row in data["queues"]],
             "bars": self.bars(data["throughput"]),
             "failure_percent": (
@@ -85,14 +92,7 @@ class OverviewAdmin(admin.ModelAdmin):
                 for group in data["errors"]["groups"]
             ],
             "nodes": [
-                {
-                    **node,
-                    "status": "stale"
-                    if group == "stale"
-                    else ("stopping" if node["stopping"] else "live"),
-                    "started_at": moment(node["started_at"]),
-                    "last_heartbeat_at": moment(node["last_heartbeat_at"]),
-                }
+                self.node_row(node, stale=group == "stale")
                 for group in ("live", "stale")
                 for node in data["nodes"][group]
             ],
@@ -121,6 +121,19 @@ class OverviewAdmin(admin.ModelAdmin):
             "finished": [
                 cell(state, finished_at__gte=windows[state]["since"]) for state in FINISHED_COLUMNS
             ],
+        }
+
+    @staticmethod
+    def node_row(node: dict[str, Any], *, stale: bool) -> dict[str, Any]:
+        """A node's cells: its status (a stable value for the row's class, and its word),
+        and its times back as datetimes."""
+        status = "stale" if stale else ("stopping" if node["stopping"] else "live")
+        return {
+            **node,
+            "status": status,
+            "status_label": label(status),
+            "started_at": moment(node["started_at"]),
+            "last_heartbeat_at": moment(node["last_heartbeat_at"]),
         }
 
     @staticmethod

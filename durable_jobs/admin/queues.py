@@ -8,6 +8,8 @@ from django import forms
 from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
 
 from durable_jobs import validate
 from durable_jobs.admin.display import badge
@@ -19,8 +21,9 @@ from durable_jobs.models import Queue
 
 class QueueForm(forms.ModelForm):
     rate = forms.CharField(
+        label=_("Rate"),
         required=False,
-        help_text="At most N starts per sliding window across every node, as in 30/1m.",
+        help_text=_("At most N starts per sliding window across every node, as in 30/1m."),
     )
 
     class Meta:
@@ -35,7 +38,7 @@ class QueueForm(forms.ModelForm):
     def clean_global_concurrency(self) -> int | None:
         value = self.cleaned_data.get("global_concurrency")
         if not validate.is_global_concurrency(value):
-            raise forms.ValidationError("At least 1; leave it empty for no limit.")
+            raise forms.ValidationError(_("At least 1; leave it empty for no limit."))
         return value
 
     def clean_rate(self) -> tuple[int, float] | None:
@@ -84,20 +87,28 @@ class QueueAdmin(SafeLookupsMixin, admin.ModelAdmin):
             request, obj
         )
 
-    @admin.display(description="status", ordering="paused")
+    @admin.display(description=_("status"), ordering="paused")
     def status(self, queue: Queue) -> str:
         return badge("paused" if queue.paused else "running")
 
-    @admin.display(description="rate")
+    @admin.display(description=_("rate"))
     def rate_shown(self, queue: Queue) -> str:
         return queue.rate or "-"
 
-    @admin.action(description="Pause (no new starts on any node)", permissions=["change"])
+    @admin.action(description=_("Pause (no new starts on any node)"), permissions=["change"])
     def pause(self, request: HttpRequest, queryset: QuerySet[Queue]) -> None:
         changed = [q.name for q in queryset if queues.pause(q.name, using=queryset.db)]
-        self.message_user(request, f"Paused: {', '.join(changed) or 'none (already paused)'}.")
+        if changed:
+            message = gettext("Paused: %(queues)s.") % {"queues": ", ".join(changed)}
+        else:
+            message = gettext("Paused: none (already paused).")
+        self.message_user(request, message)
 
-    @admin.action(description="Resume", permissions=["change"])
+    @admin.action(description=_("Resume"), permissions=["change"])
     def resume(self, request: HttpRequest, queryset: QuerySet[Queue]) -> None:
         changed = [q.name for q in queryset if queues.resume(q.name, using=queryset.db)]
-        self.message_user(request, f"Resumed: {', '.join(changed) or 'none (none was paused)'}.")
+        if changed:
+            message = gettext("Resumed: %(queues)s.") % {"queues": ", ".join(changed)}
+        else:
+            message = gettext("Resumed: none (none was paused).")
+        self.message_user(request, message)

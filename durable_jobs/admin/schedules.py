@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils.html import format_html, format_html_join
+from django.utils.translation import gettext, ngettext, ngettext_lazy
+from django.utils.translation import gettext_lazy as _
 
 from durable_jobs.admin.display import badge, pretty_json
 from durable_jobs.admin.filters import SafeLookupsMixin
 from durable_jobs.exceptions import DurableJobsError
 from durable_jobs.models import Schedule
 from durable_jobs.schedules.expressions import get_zone
+
+if TYPE_CHECKING:
+    from django.utils.functional import _StrOrPromise
 
 SCHEDULE_FIELDS = (
     "id",
@@ -41,6 +48,11 @@ SCHEDULE_FIELDS = (
     "updated_at",
 )
 
+#: What each action did, counted.
+PAUSED = ngettext_lazy("%(count)d schedule paused", "%(count)d schedules paused", "count")
+RESUMED = ngettext_lazy("%(count)d schedule resumed", "%(count)d schedules resumed", "count")
+RUN = ngettext_lazy("%(count)d schedule run", "%(count)d schedules run", "count")
+
 
 @admin.register(Schedule)
 class ScheduleAdmin(SafeLookupsMixin, admin.ModelAdmin):
@@ -67,30 +79,30 @@ class ScheduleAdmin(SafeLookupsMixin, admin.ModelAdmin):
         # are validated; the admin operates them.
         return False
 
-    @admin.display(description="last status", ordering="last_status")
+    @admin.display(description=_("last status"), ordering="last_status")
     def status(self, schedule: Schedule) -> str:
         return badge(schedule.last_status)
 
-    @admin.display(description="last error")
+    @admin.display(description=_("last error"))
     def short_error(self, schedule: Schedule) -> str:
         text = schedule.last_error.splitlines()[0] if schedule.last_error else ""
         return text[:80] + ("..." if len(text) > 80 else "")
 
-    @admin.display(description="payload (secrets masked)")
+    @admin.display(description=_("payload (secrets masked)"))
     def payload_json(self, schedule: Schedule) -> str:
         return pretty_json(schedule.payload)
 
-    @admin.display(description="next 5 runs")
+    @admin.display(description=_("next 5 runs"))
     def next_runs(self, schedule: Schedule) -> str:
         from durable_jobs import Scheduler
 
         if not schedule.enabled:
-            return "- (not enabled)"
+            return gettext("- (not enabled)")
         try:
             runs = Scheduler().preview(schedule.pk, 5)
             zone = get_zone(schedule.timezone)
         except DurableJobsError as exc:
-            return f"cannot compute: {exc}"
+            return gettext("cannot compute: %(error)s") % {"error": exc}
         rows = format_html_join(
             "",
             "<tr><td>{}</td><td>{}</td></tr>",
@@ -103,32 +115,40 @@ class ScheduleAdmin(SafeLookupsMixin, admin.ModelAdmin):
             "<table><tr><th>UTC</th><th>{}</th></tr>{}</table>", schedule.timezone, rows
         )
 
-    @admin.action(description="Pause (jobs already enqueued still run)", permissions=["change"])
+    @admin.action(description=_("Pause (jobs already enqueued still run)"), permissions=["change"])
     def pause(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> None:
-        self._each(request, queryset, "pause", "paused")
+        self._each(request, queryset, "pause", PAUSED)
 
-    @admin.action(description="Resume (next run computed from now)", permissions=["change"])
+    @admin.action(description=_("Resume (next run computed from now)"), permissions=["change"])
     def resume(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> None:
-        self._each(request, queryset, "resume", "resumed")
+        self._each(request, queryset, "resume", RESUMED)
 
-    @admin.action(description="Run now (enqueue one occurrence)", permissions=["change"])
+    @admin.action(description=_("Run now (enqueue one occurrence)"), permissions=["change"])
     def run_now(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> None:
-        self._each(request, queryset, "run", "run")
+        self._each(request, queryset, "run", RUN)
 
     def _each(
-        self, request: HttpRequest, queryset: QuerySet[Schedule], method: str, verb: str
+        self, request: HttpRequest, queryset: QuerySet[Schedule], method: str, done: _StrOrPromise
     ) -> None:
         from durable_jobs import Scheduler
 
         scheduler = Scheduler()
-        done, failed = 0, []
+        succeeded, failed = 0, []
         for schedule_id in queryset.values_list("pk", flat=True):
             try:
                 getattr(scheduler, method)(schedule_id)
-                done += 1
+                succeeded += 1
             except DurableJobsError as exc:
                 failed.append(f"{schedule_id}: {exc}")
-        message = f"{done} {'schedule' if done == 1 else 'schedules'} {verb}"
+        message = done % {"count": succeeded}
         if failed:
-            message += f"; {len(failed)} failed ({'; '.join(failed)})"
-        self.message_user(request, message + ".")
+            # Translators: e.g. "1 schedule paused; 2 failed (a: reason; b: reason)."
+            message = ngettext(
+                "%(done)s; %(count)d failed (%(errors)s).",
+                "%(done)s; %(count)d failed (%(errors)s).",
+                len(failed),
+            ) % {"done": message, "count": len(failed), "errors": "; ".join(failed)}
+        else:
+            # Translators: the result of an admin action as a sentence, e.g. "3 jobs retried."
+            message = gettext("%(done)s.") % {"done": message}
+        self.message_user(request, message)

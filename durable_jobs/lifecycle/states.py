@@ -10,16 +10,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from django.db import models
+from django.utils.translation import gettext_lazy as _
 
 
 class State(models.TextChoices):
-    # These strings are stored in the database: never rename them.
-    QUEUED = "queued", "Queued"
-    LEASED = "leased", "Leased"
-    COMPLETED = "completed", "Completed"
-    RETRYING = "retrying", "Retrying"
-    DEAD = "dead", "Dead"
-    CANCELLED = "cancelled", "Cancelled"
+    # The values are stored in the database: never rename them. The labels are what
+    # the admin shows, in the active language.
+    QUEUED = "queued", _("Queued")
+    LEASED = "leased", _("Leased")
+    COMPLETED = "completed", _("Completed")
+    RETRYING = "retrying", _("Retrying")
+    DEAD = "dead", _("Dead")
+    CANCELLED = "cancelled", _("Cancelled")
 
 
 #: target state -> the states a job may be in to move there.
