@@ -3,7 +3,7 @@
 # Every target sets up what it needs: it creates .venv with `python3 -m venv` when
 # it is missing and installs the package (editable) with the extras it uses. The
 # install reruns whenever pyproject.toml changes. The test targets also install
-# Chromium when it is missing (see install-browser).
+# Chromium and gettext when they are missing (see install-system).
 #
 #   make demo             run the example project against a real worker (SQLite)
 #   make test             run the test suite (SQLite; DATABASE_URL picks another database)
@@ -15,7 +15,7 @@
 #   make install          only set up .venv with the test extra (install-dev: the dev extra)
 #   make test-matrix      tox: Python 3.12 + Django 6.0 and 3.13 + Django 6.1, SQLite and PostgreSQL
 #   make test-minimum     tox: the oldest versions pyproject.toml declares, SQLite and PostgreSQL
-#   make install-browser  install Debian's chromium for the browser tests (apt-get, as root)
+#   make install-system   install Debian's chromium and gettext for the tests (apt-get, as root)
 #
 # Extra pytest arguments: make test PYTEST_ARGS="-k lease -x"
 
@@ -25,6 +25,9 @@ PYTEST_ARGS ?=
 POSTGRES_URL ?= postgres://postgres@127.0.0.1:5432/durable_jobs
 # tests/browser launches this binary (Debian's chromium package) through Playwright.
 CHROMIUM := /usr/bin/chromium
+# GNU gettext's msgfmt (Debian's gettext package), for tests/test_admin_i18n.py.
+MSGFMT := /usr/bin/msgfmt
+SYSTEM_PACKAGES := $(CHROMIUM):chromium $(MSGFMT):gettext
 
 VENV_DIR := $(abspath $(VENV))
 BIN := $(VENV_DIR)/bin
@@ -50,10 +53,10 @@ MATRIX_PYTEST_ARGS ?= -m "not faults"
 MATRIX_ENVS := py312-django60-sqlite,py312-django60-postgres,py313-django61-sqlite,py313-django61-postgres
 MINIMUM_ENVS := py311-minimum-sqlite,py311-minimum-postgres
 
-.PHONY: help install install-dev install-browser demo test test-postgres test-matrix test-minimum lint migrations-check docs dist clean
+.PHONY: help install install-dev install-system demo test test-postgres test-matrix test-minimum lint migrations-check docs dist clean
 
 help:
-	@echo "Targets: demo test test-postgres test-matrix test-minimum lint migrations-check docs dist install install-dev install-browser clean"
+	@echo "Targets: demo test test-postgres test-matrix test-minimum lint migrations-check docs dist install install-dev install-system clean"
 	@echo "Each one creates $(VENV) and installs what it needs on first use."
 	@echo "Pass pytest arguments with PYTEST_ARGS, e.g. make test PYTEST_ARGS='-x -k lease'."
 
@@ -83,23 +86,29 @@ install: $(STAMP_TEST)
 
 install-dev: $(STAMP_DEV)
 
-# The browser tests drive Debian's chromium, a package kept up to date with the system,
-# rather than a browser build downloaded by `playwright install`. Nothing to do when the
-# binary is there; otherwise apt-get, which needs root. Without root or apt-get it only
-# warns, so the rest of the suite still runs (the browser test then fails, saying why).
-install-browser:
-	@if [ -x $(CHROMIUM) ]; then \
-		echo "Chromium: $(CHROMIUM)"; \
+# Two Debian packages the test suite needs: chromium (tests/browser drives it, a browser
+# kept up to date with the system rather than one downloaded by `playwright install`)
+# and gettext (the admin's translation tests run makemessages and compilemessages).
+# Nothing to do when both are there; otherwise apt-get, which needs root. Without root or
+# apt-get it only warns, so the rest of the suite still runs (the tests that need them
+# then fail, saying why).
+install-system:
+	@missing=""; \
+	for pair in $(SYSTEM_PACKAGES); do \
+		[ -x "$${pair%%:*}" ] || missing="$$missing $${pair#*:}"; \
+	done; \
+	if [ -z "$$missing" ]; then \
+		echo "System packages: chromium ($(CHROMIUM)) and gettext ($(MSGFMT))"; \
 	elif [ "$$(id -u)" -ne 0 ]; then \
-		echo "$(CHROMIUM) is missing: the browser tests need Debian's chromium package." >&2; \
-		echo "Install it as root: sudo make install-browser (or sudo apt-get install chromium)." >&2; \
+		echo "Missing Debian packages for the tests:$$missing." >&2; \
+		echo "Install them as root: sudo make install-system (or sudo apt-get install$$missing)." >&2; \
 	elif ! command -v apt-get >/dev/null; then \
-		echo "$(CHROMIUM) is missing and there is no apt-get: install Chromium there." >&2; \
+		echo "Missing for the tests, and there is no apt-get:$$missing. Install them there." >&2; \
 	else \
-		echo "Installing chromium with apt-get"; \
+		echo "Installing with apt-get:$$missing"; \
 		apt-get update && \
-		DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium && \
-		test -x $(CHROMIUM); \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $$missing && \
+		test -x $(CHROMIUM) && test -x $(MSGFMT); \
 	fi
 
 demo: $(STAMP_DEMO)
@@ -107,17 +116,17 @@ demo: $(STAMP_DEMO)
 
 # `python -m pytest` (not `pytest`) puts the repository root on sys.path, so the
 # `tests` package and its settings import.
-test: $(STAMP_TEST) install-browser
+test: $(STAMP_TEST) install-system
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-test-postgres: $(STAMP_TEST) install-browser
+test-postgres: $(STAMP_TEST) install-system
 	DATABASE_URL=$(POSTGRES_URL) $(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # One tox environment after another: the postgres ones share one test database.
-test-matrix: $(STAMP_DEV) install-browser
+test-matrix: $(STAMP_DEV) install-system
 	$(TOX) -e $(MATRIX_ENVS) -- $(MATRIX_PYTEST_ARGS) $(PYTEST_ARGS)
 
-test-minimum: $(STAMP_DEV) install-browser
+test-minimum: $(STAMP_DEV) install-system
 	$(TOX) -e $(MINIMUM_ENVS) -- $(MATRIX_PYTEST_ARGS) $(PYTEST_ARGS)
 
 lint: $(STAMP_DEV)

@@ -136,7 +136,7 @@ def extracted(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A copy of the package and its fresh English and French catalogs (makemessages)."""
     for tool in ("xgettext", "msgmerge", "msgfmt"):
         if shutil.which(tool) is None:
-            pytest.fail(f"GNU gettext's {tool} is missing: apt-get install gettext")
+            pytest.fail(f"GNU gettext's {tool} is missing: run make install-system")
     copy = tmp_path_factory.mktemp("i18n") / "durable_jobs"
     shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__", "locale"))
     (copy / "locale").mkdir()

@@ -1,6 +1,6 @@
 """A headless Chromium (Debian's, driven by Playwright) for the browser tests.
 
-Playwright's own browser download is never used: the Makefile's ``install-browser``
+Playwright's own browser download is never used: the Makefile's ``install-system``
 target installs Debian's ``chromium`` package, and the tests launch that binary.
 """
 
@@ -56,7 +56,7 @@ def browser(monkeypatch: pytest.MonkeyPatch) -> Iterator[Browser]:
     if not os.access(CHROMIUM, os.X_OK):
         # Fail, never skip: a skipped browser test looks like a passing one in CI.
         pytest.fail(
-            f"Chromium is not installed at {CHROMIUM}. Run `make install-browser` "
+            f"Chromium is not installed at {CHROMIUM}. Run `make install-system` "
             "(as root; it runs apt-get install chromium), or use `make test`, which does.",
             pytrace=False,
         )
