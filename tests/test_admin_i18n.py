@@ -187,7 +187,8 @@ def test_the_job_list_reads_in_the_active_language(
     html = page(admin_client, reverse("admin:durable_jobs_job_changelist"))
     assert "Relancer (tâches mortes ou annulées)" in html  # the action
     assert "Retry now (dead" not in html
-    assert re.search(r"<th [^>]*column-state_badge[^>]*>.*?état", html, re.S)  # the column
+    # The column; Django 6.0+ capitalizes the header ("État"), 5.2 does not.
+    assert re.search(r"<th [^>]*column-state_badge[^>]*>.*?état", html, re.S | re.I)
     assert ">morte</span>" in html  # the dead job's badge
     assert ">dead</span>" not in html
     assert "gestionnaire" in html  # the handler filter's title
