@@ -60,7 +60,9 @@ def build_job(
     if key is None and handler.unique is not None:
         # An explicit idempotency_key wins; it holds for the job's whole life.
         arguments = handler.named_arguments(payload)
-        key = handler.unique.key(handler.name, handler.signature, arguments, now)
+        key = handler.unique.key(
+            handler.name, handler.signature, arguments, now, scope=options.unique_scope
+        )
         unique_states = handler.unique.stored_states()
     concurrency_key = handler.key_for(payload)
     # Stored as JSON like the payload, with the same rules (a datetime would fail the insert

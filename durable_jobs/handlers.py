@@ -39,6 +39,9 @@ class EnqueueOptions:
     idempotency_key: str | None = None
     max_retries: int | None = None
     meta: Mapping[str, Any] | None = None
+    #: Makes a ``unique`` handler's key this scope's own: two scopes never share a job.
+    #: The HTTP endpoint scopes it by the requesting user.
+    unique_scope: str | None = None
 
 
 class JobHandler(Generic[P, R]):

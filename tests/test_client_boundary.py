@@ -47,7 +47,7 @@ from durable_jobs.redaction import MASK
 from durable_jobs.registry import _handlers
 from durable_jobs.states import State, claim, transition
 from durable_jobs.testing import drain
-from tests.testapp import jobs
+from tests.testapp import jobs, requestable_jobs
 from tests.testapp.models import SideEffect
 
 pytestmark = pytest.mark.django_db
@@ -483,6 +483,38 @@ def test_the_throttle_holds_for_concurrent_requests_on_separate_connections(alic
     assert Job.objects.count() == JobRequest.objects.count() == 2
 
 
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_requests_are_not_wrapped_in_the_projects_atomic_requests(
+    alice, monkeypatch
+) -> None:
+    """A project with ATOMIC_REQUESTS (and, on SQLite, Django's default DEFERRED
+    transactions): twelve requests at once, each on its own connection, get 202 or 429,
+    never a 500. Inside the request's transaction, SQLite would refuse to upgrade the
+    readers' locks ("database is locked"); the endpoint's views opt out of it."""
+    monkeypatch.setitem(connection.settings_dict, "ATOMIC_REQUESTS", True)
+    if connection.vendor == "sqlite":
+        options = connection.settings_dict.setdefault("OPTIONS", {})
+        monkeypatch.setitem(options, "transaction_mode", "DEFERRED")
+    start = threading.Barrier(12)
+    statuses: list[int] = []
+
+    def one(i: int) -> None:
+        try:
+            client = logged_in(alice, raise_request_exception=False)  # a 500 is counted
+            start.wait(timeout=30)
+            statuses.append(post(client, "tests.http.throttled", {"n": i}, key=str(i)).status_code)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(12)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert sorted(statuses) == [202, 202] + [429] * 10
+    assert Job.objects.count() == JobRequest.objects.count() == 2
+
+
 # -- status ----------------------------------------------------------------------------------
 
 
@@ -541,23 +573,47 @@ def test_another_users_job_is_404_like_a_missing_one(alice, bob) -> None:
 
 
 def test_a_unique_handler_stays_unique_for_requests(alice, bob) -> None:
-    """@job(unique=...) applies to requests too: while a sync of account 1 waits,
-    another user's request for it gets the same job, and may follow it."""
+    """@job(unique=...) applies to each user's requests: while alice's sync of account 1
+    waits, her next request for it gets the same job."""
     name = "tests.http.sync"
     mine = post(logged_in(alice), name, {"account": 1}, key="a").json()
-    theirs = post(logged_in(bob), name, {"account": 1, "reason": "b"}, key="b").json()
-    other = post(logged_in(bob), name, {"account": 2}, key="c").json()
+    again = post(logged_in(alice), name, {"account": 1, "reason": "b"}, key="b").json()
+    other = post(logged_in(alice), name, {"account": 2}, key="c").json()
 
-    assert mine["id"] == theirs["id"] != other["id"]
+    assert mine["id"] == again["id"] != other["id"]
     assert Job.objects.count() == 2
-    assert logged_in(bob).get(mine["status_url"]).status_code == 200
 
     # Once finished, the unique key is free: a new request makes a new job, while a
     # retry of the first request still finds its own.
     drain()
-    again = post(logged_in(alice), name, {"account": 1}, key="d").json()
-    assert again["id"] not in (mine["id"], other["id"])
+    later = post(logged_in(alice), name, {"account": 1}, key="d").json()
+    assert later["id"] not in (mine["id"], other["id"])
     assert post(logged_in(alice), name, {"account": 1}, key="a").json()["id"] == mine["id"]
+
+
+def test_a_unique_handler_never_shares_a_job_between_users(alice, bob) -> None:
+    """Two users requesting the same unique arguments get a job each: neither can read
+    the other's status or (expose_result) result. Server code keeps its own key."""
+    name = "tests.http.statement"
+    alices = post(logged_in(alice), name, {"account": 1, "requested_by": "alice"}, key="k")
+    bobs = post(logged_in(bob), name, {"account": 1, "requested_by": "bob"}, key="k")
+    assert alices.status_code == bobs.status_code == 202
+    alices_job, bobs_job = alices.json(), bobs.json()
+    assert alices_job["id"] != bobs_job["id"]
+    # Each user's second request still finds their own waiting job.
+    repeat = post(logged_in(bob), name, {"account": 1, "requested_by": "bob"}, key="k2")
+    assert repeat.json()["id"] == bobs_job["id"]
+    server_side = requestable_jobs.statement.delay(account=1, requested_by="server")
+    assert server_side.pk not in (alices_job["id"], bobs_job["id"])
+    assert Job.objects.filter(name=name).count() == 3
+
+    drain()
+    refusal(logged_in(bob).get(alices_job["status_url"]), 404, "not_found")
+    refusal(logged_in(alice).get(bobs_job["status_url"]), 404, "not_found")
+    seen_by_bob = logged_in(bob).get(bobs_job["status_url"]).json()
+    seen_by_alice = logged_in(alice).get(alices_job["status_url"]).json()
+    assert seen_by_bob["result"] == {"account": 1, "for": "bob"}
+    assert seen_by_alice["result"] == {"account": 1, "for": "alice"}
 
 
 def test_the_job_and_its_request_are_written_together_or_not_at_all(alice) -> None:

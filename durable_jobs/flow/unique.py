@@ -74,13 +74,18 @@ class Unique:
         signature: inspect.Signature,
         payload: Mapping[str, Any],
         now: datetime.datetime,
+        *,
+        scope: str | None = None,
     ) -> str:
+        """The job's key. ``scope`` (for example ``"user:42"``) keeps jobs of different
+        scopes apart even where their arguments match; None is the one global scope."""
         arguments = with_defaults(signature, payload)
         if self.fields is not None:
             arguments = {name: arguments.get(name) for name in self.fields}
-        canonical = json.dumps(
-            [handler_name, arguments], sort_keys=True, separators=(",", ":"), default=str
-        )
+        identity: list[Any] = [handler_name, arguments]
+        if scope is not None:  # unscoped keys stay what they were before scopes existed
+            identity.append(scope)
+        canonical = json.dumps(identity, sort_keys=True, separators=(",", ":"), default=str)
         digest = hashlib.sha256(canonical.encode()).hexdigest()[:40]
         key = f"unique:{handler_name[:180]}:{digest}"
         if self.period is not None:

@@ -10,8 +10,9 @@ request and a new one of the same user never race each other:
    through the ordinary path (:func:`durable_jobs.enqueueing.insert_or_get`), with
    the idempotency key ``http:<sha256 of user, handler and client key>``: users
    cannot collide with, or probe for, each other's keys. A ``unique`` handler keeps
-   its own key instead, so ``unique`` holds for requests too: a user whose request
-   matches a unique job already waiting gets that job;
+   its own key instead, scoped by the user, so ``unique`` holds among each user's
+   requests: a user whose request matches a unique job of theirs already waiting gets
+   that job, while another user's matching request gets a job of its own;
 3. a :class:`~durable_jobs.models.JobRequest` row records the request: the key's job,
    what the throttle counts, and who may read the job's status.
 """
@@ -144,8 +145,10 @@ def submit(user: Any, handler: JobHandler, arguments: dict[str, Any], key: str) 
                     headers={"Retry-After": str(wait)},
                 )
         options = EnqueueOptions(
-            # A unique handler's own key decides, as for any enqueue.
+            # A unique handler's own key decides, as for any enqueue, but per user: a
+            # user whose arguments match another user's job must not get (and read) it.
             idempotency_key=None if handler.unique is not None else job_key(who, handler.name, key),
+            unique_scope=f"user:{who}",
             meta={"requested_by": {"user": who}},
         )
         try:

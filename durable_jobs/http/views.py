@@ -18,6 +18,9 @@ this order:
 429    ``throttled``               the handler's ``throttle``; with ``Retry-After``
 =====  ==========================  ==========================================================
 
+Neither view runs inside the project's ``ATOMIC_REQUESTS`` transaction
+(``non_atomic_requests``).
+
 **Authentication** is the project's: whatever middleware sets ``request.user``
 (sessions, or a token middleware for mobile clients). **CSRF**: the views are exempt
 from the middleware only so that they can run Django's own check themselves, after
@@ -34,6 +37,7 @@ import re
 from typing import Any, NoReturn
 
 from django.core.exceptions import ImproperlyConfigured, RequestDataTooBig
+from django.db import connections, transaction
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.middleware.csrf import CsrfViewMiddleware
 from django.urls import reverse
@@ -52,6 +56,17 @@ _KEY = re.compile(r"[\x21-\x7e](?:[\x20-\x7e]{0,253}[\x21-\x7e])?")
 _JSON_TYPE = re.compile(r"application/(?:[\w.+-]+\+)?json", re.IGNORECASE)
 
 
+def _outside_atomic_requests(view: Any) -> Any:
+    """The view, never inside the project's ``ATOMIC_REQUESTS`` transaction, on any
+    database. The endpoint takes its own short write transaction once the request is
+    valid; a request-long one would hold SQLite's write lock for the whole request, or,
+    begun as a reader, fail to take it ("database is locked")."""
+    for alias in connections:
+        view = transaction.non_atomic_requests(using=alias)(view)
+    return view
+
+
+@_outside_atomic_requests
 @csrf_exempt  # checked in the view, after authentication (see the module's docstring)
 def request_job(request: HttpRequest, name: str) -> HttpResponse:
     """``POST``: request a job of handler ``name``; the body holds its keyword arguments.
@@ -77,6 +92,7 @@ def request_job(request: HttpRequest, name: str) -> HttpResponse:
     return response
 
 
+@_outside_atomic_requests  # a read needs no request-long transaction
 @csrf_exempt  # only GET and HEAD do anything, and they change nothing
 def job_status(request: HttpRequest, job_id: int) -> HttpResponse:
     """``GET``: the status of a job this user requested; 404 for anyone else's."""

@@ -41,6 +41,17 @@ def sync(account: int, reason: str = "") -> None:
     pass
 
 
+@job(
+    name="tests.http.statement",
+    requestable=True,
+    unique=Unique(fields=["account"]),
+    expose_result=True,
+)
+def statement(account: int, requested_by: str = "") -> dict:
+    """Its result tells whose request ran it: a job shared between users would leak it."""
+    return {"account": account, "for": requested_by}
+
+
 @job(name="tests.http.progress", requestable=True, takes_context=True)
 def progress(context: JobContext, steps: int = 2) -> None:
     context.progress(50)
