@@ -43,6 +43,10 @@ def test_the_test_settings_pass() -> None:
         ({"POLL_INTERVAL": "fast"}, ["durable_jobs.E004"]),
         ({"PRUNE_AFTER_DAYS": 0}, ["durable_jobs.E004"]),
         ({"DEFAULT_MAX_RETRIES": -1}, ["durable_jobs.E004"]),
+        ({"HTTP_MAX_BODY_BYTES": 0}, ["durable_jobs.E004"]),
+        ({"HTTP_MAX_BODY_BYTES": "64k"}, ["durable_jobs.E004"]),
+        ({"HTTP_MAX_BODY_BYTES": True}, ["durable_jobs.E004"]),
+        ({"HTTP_MAX_BODY_BYTES": 1024}, []),
         ({"REDACT_KEYS": "password"}, ["durable_jobs.E005"]),
     ],
 )

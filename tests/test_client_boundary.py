@@ -41,6 +41,7 @@ from django.utils.regex_helper import normalize
 
 import tests.urls
 from durable_jobs import Scheduler, actions
+from durable_jobs.db import engine_for
 from durable_jobs.flow import queues
 from durable_jobs.models import Attempt, Job, JobRequest, Node, Schedule
 from durable_jobs.redaction import MASK
@@ -398,7 +399,7 @@ def test_an_unpaired_surrogate_is_refused(alice) -> None:
         b'{"report": "x", "rows": Infinity}',
         b'{"report": "x", "report": "y"}',
         b'{"report": "\xff"}',
-        b"[" * 100_000 + b"]" * 100_000,
+        b"[" * 30_000 + b"]" * 30_000,  # deeper than any parser allows, inside 64 KiB
     ],
 )
 def test_a_body_that_is_not_a_json_object_is_400(alice, raw) -> None:
@@ -422,6 +423,24 @@ def test_a_body_must_say_it_is_json_and_may_be_absent(alice) -> None:
 @override_settings(DATA_UPLOAD_MAX_MEMORY_SIZE=100)
 def test_a_body_too_large_is_413(alice) -> None:
     refusal(post(logged_in(alice), EXPORT, {"report": "x" * 200}), 413, "too_large")
+
+
+def test_bodies_over_http_max_body_bytes_are_413_by_default(alice) -> None:
+    """64 KiB by default, below Django's 2.5 MB: the body is refused unread, no job."""
+    client = logged_in(alice)
+    at_limit = '{"report": "' + "x" * (65536 - len('{"report": ""}')) + '"}'
+    assert len(at_limit) == 65536
+    assert post(client, EXPORT, raw=at_limit, key="1").status_code == 202
+    over = refusal(post(client, EXPORT, raw=at_limit + " ", key="2"), 413, "too_large")
+    assert "65536" in over["message"]
+    assert Job.objects.count() == 1
+
+
+@override_settings(DURABLE_JOBS={"HTTP_MAX_BODY_BYTES": 50})
+def test_http_max_body_bytes_sets_the_limit(alice) -> None:
+    client = logged_in(alice)
+    assert post(client, EXPORT, {"report": "x"}, key="1").status_code == 202
+    refusal(post(client, EXPORT, {"report": "x" * 60}, key="2"), 413, "too_large")
 
 
 # -- the throttle ----------------------------------------------------------------------------
@@ -481,6 +500,45 @@ def test_the_throttle_holds_for_concurrent_requests_on_separate_connections(alic
         thread.join(timeout=60)
     assert sorted(statuses) == [202, 202] + [429] * 6
     assert Job.objects.count() == JobRequest.objects.count() == 2
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_refused_request_is_answered_without_waiting_for_the_write_lock(alice) -> None:
+    """Bad arguments (400) and a throttled user (429) are answered before the endpoint's
+    write transaction: while another connection holds that transaction's lock (SQLite:
+    the database's write lock; PostgreSQL: the user and handler's advisory lock), a
+    refused request still gets its answer, and the holder is never kept waiting."""
+    name = "tests.http.throttled"
+    client = logged_in(alice, raise_request_exception=False)  # a 500 is counted
+    for n in (1, 2):
+        assert post(client, name, {"n": n}, key=str(n)).status_code == 202
+    held, release = threading.Event(), threading.Event()
+    outcome: dict[str, bool] = {}
+
+    def hold() -> None:
+        engine = engine_for(None)
+        try:
+            with engine.write_transaction():
+                engine.lock_keys([f"durable_jobs.request:{alice.pk}:{name}"])
+                held.set()
+                # The requests below must not need the lock: released by the test, not
+                # by this timeout (which only keeps a broken endpoint from hanging here).
+                outcome["released_by_the_test"] = release.wait(timeout=8)
+        finally:
+            connection.close()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert held.wait(timeout=30)
+        invalid = post(client, name, {"n": "not a number"}, key="3")
+        throttled = post(client, name, {"n": 4}, key="4")
+    finally:
+        release.set()
+        holder.join(timeout=30)
+    assert (invalid.status_code, throttled.status_code) == (400, 429)
+    assert outcome == {"released_by_the_test": True}
+    assert Job.objects.count() == 2
 
 
 @pytest.mark.django_db(transaction=True)

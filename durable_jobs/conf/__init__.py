@@ -24,6 +24,7 @@ from django.dispatch import receiver
 
 from durable_jobs.conf.kinds import (
     Alias,
+    Bytes,
     Channel,
     Days,
     Declarations,
@@ -109,6 +110,11 @@ class Settings:
     # Default backoff: BACKOFF_BASE_SECONDS * 2**(attempt-1), capped, plus 0-25 % jitter.
     backoff_base_seconds = Setting("BACKOFF_BASE_SECONDS", 15, Seconds(zero=True), "E004")
     backoff_max_seconds = Setting("BACKOFF_MAX_SECONDS", 3600, Seconds(zero=True), "E004")
+    # The largest body the HTTP request endpoint reads (413 above it): a request is checked
+    # before any write, but parsing a huge one would still cost every worker's time.
+    http_max_body_bytes = Setting(
+        "HTTP_MAX_BODY_BYTES", 65536, Bytes(limit=2**31 - 1), "E004", hint="For example 65536."
+    )
     # Durable schedules declared in settings, synced to the Schedule table.
     schedules = Setting(
         "SCHEDULES",

@@ -83,6 +83,25 @@ class Retries(Kind[int]):
         return int(value)
 
 
+class Bytes(Kind[int]):
+    """A size in bytes: a whole number from 1 to ``limit``."""
+
+    def __init__(self, *, limit: int) -> None:
+        self.limit = limit
+
+    def problems(self, key: str, value: Any) -> list[Problem]:
+        if type(value) is int and 1 <= value <= self.limit:  # not a bool, not "65536"
+            return []
+        return [
+            Problem(
+                f"{key} must be a whole number of bytes from 1 to {self.limit} (got {value!r})."
+            )
+        ]
+
+    def convert(self, value: Any) -> int:
+        return int(value)
+
+
 class Flag(Kind[bool]):
     def problems(self, key: str, value: Any) -> list[Problem]:
         if isinstance(value, bool):

@@ -112,6 +112,12 @@ def submit(user: Any, handler: JobHandler, arguments: dict[str, Any], key: str) 
     engine = engine_for(None)
     alias = engine.alias
     arguments_hash = fingerprint(arguments)
+    # A new request is checked before the write transaction: a refused one (bad arguments,
+    # a throttled user) never takes the database's write lock (SQLite's is the whole
+    # database's), however large or slow to check it is. Under the lock, below, the same
+    # checks run again, exactly; a retried key goes straight there, to its job.
+    if not JobRequest.objects.using(alias).filter(user=who, name=handler.name, key=key).exists():
+        _check_new_request(handler, arguments, who, alias)
     with engine.write_transaction():
         engine.lock_keys([f"durable_jobs.request:{who}:{handler.name}"])
         earlier = JobRequest.objects.using(alias).filter(user=who, name=handler.name, key=key)
@@ -130,20 +136,7 @@ def submit(user: Any, handler: JobHandler, arguments: dict[str, Any], key: str) 
                 return job, True
             # Its job was deleted behind Django's back (no cascade): the key is free.
             earlier.delete()
-        errors = field_errors(handler, arguments)
-        if errors:
-            raise Refusal(400, "invalid", "The arguments do not fit this job.", errors=errors)
-        if handler.throttle is not None:
-            wait = throttle.retry_after(
-                user=who, name=handler.name, throttle=handler.throttle, using=alias
-            )
-            if wait is not None:
-                raise Refusal(
-                    429,
-                    "throttled",
-                    f"Too many requests for this job; try again in {wait} seconds.",
-                    headers={"Retry-After": str(wait)},
-                )
+        _check_new_request(handler, arguments, who, alias)
         options = EnqueueOptions(
             # A unique handler's own key decides, as for any enqueue, but per user: a
             # user whose arguments match another user's job must not get (and read) it.
@@ -172,6 +165,26 @@ def submit(user: Any, handler: JobHandler, arguments: dict[str, Any], key: str) 
             created_at=timezone.now(),
         )
     return job, False
+
+
+def _check_new_request(
+    handler: JobHandler, arguments: dict[str, Any], who: str, alias: str
+) -> None:
+    """Refuse arguments that do not fit the handler (400) and a throttled user (429)."""
+    errors = field_errors(handler, arguments)
+    if errors:
+        raise Refusal(400, "invalid", "The arguments do not fit this job.", errors=errors)
+    if handler.throttle is not None:
+        wait = throttle.retry_after(
+            user=who, name=handler.name, throttle=handler.throttle, using=alias
+        )
+        if wait is not None:
+            raise Refusal(
+                429,
+                "throttled",
+                f"Too many requests for this job; try again in {wait} seconds.",
+                headers={"Retry-After": str(wait)},
+            )
 
 
 def requested_job(user: Any, job_id: int) -> Job:

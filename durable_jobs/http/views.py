@@ -12,7 +12,7 @@ this order:
 404    ``not_found``               no such requestable handler; no such job of this user
 403    ``permission_denied``       the user lacks the handler's ``permission``
 415    ``unsupported_media_type``  a body that is not ``application/json``
-413    ``too_large``               a body over ``DATA_UPLOAD_MAX_MEMORY_SIZE``
+413    ``too_large``               a body over ``HTTP_MAX_BODY_BYTES`` (64 KiB)
 400    ``invalid``                 not a JSON object, no ``Idempotency-Key``, bad arguments
 422    ``key_reused``              the key was used with other arguments
 429    ``throttled``               the handler's ``throttle``; with ``Retry-After``
@@ -44,6 +44,7 @@ from django.urls import reverse
 from django.utils.cache import add_never_cache_headers
 from django.views.decorators.csrf import csrf_exempt
 
+from durable_jobs.conf import get_settings
 from durable_jobs.http import requesting
 from durable_jobs.http.arguments import NON_FIELD_ERRORS, Errors, InvalidBody, parse_body
 from durable_jobs.http.requesting import Refusal
@@ -175,10 +176,22 @@ def _check_permission(user: Any, permission: object, name: str) -> None:
 
 def _arguments_and_key(request: HttpRequest) -> tuple[dict[str, Any], str]:
     """The body's arguments and the client's key; the problems of both in one 400."""
+    limit = get_settings().http_max_body_bytes
+    too_large = Refusal(
+        413, "too_large", f"The body is too large: at most {limit} bytes (HTTP_MAX_BODY_BYTES)."
+    )
+    try:
+        declared = int(request.META.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        declared = 0  # Django reads such a body as empty
+    if declared > limit:
+        raise too_large  # before reading a byte of it
     try:
         raw = request.body
     except RequestDataTooBig:
-        raise Refusal(413, "too_large", "The body is too large.") from None
+        raise too_large from None
+    if len(raw) > limit:
+        raise too_large
     if raw.strip() and not _JSON_TYPE.fullmatch(request.content_type or ""):
         raise Refusal(
             415,
