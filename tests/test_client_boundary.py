@@ -420,6 +420,25 @@ def test_a_body_must_say_it_is_json_and_may_be_absent(alice) -> None:
     assert post(client, "tests.http.quiet", key="empty").status_code == 202
 
 
+@pytest.mark.parametrize(
+    ("name", "body"),
+    [
+        # The handler's concurrency_key function raises, with a secret in its message.
+        ("tests.http.regional", {"region": "us"}),
+        # Positional-only parameters: Python's binding error shows the whole signature,
+        # defaults (a DSN with its password) included.
+        ("tests.http.positional", {}),
+    ],
+)
+def test_a_400_names_the_problem_never_the_projects_text(alice, name, body) -> None:
+    response = post(logged_in(alice), name, body)
+    data = refusal(response, 400, "invalid")
+    assert data["errors"]
+    assert requestable_jobs.SECRET not in response.content.decode()
+    assert "dsn" not in response.content.decode()
+    assert Job.objects.count() == 0
+
+
 @override_settings(DATA_UPLOAD_MAX_MEMORY_SIZE=100)
 def test_a_body_too_large_is_413(alice) -> None:
     refusal(post(logged_in(alice), EXPORT, {"report": "x" * 200}), 413, "too_large")

@@ -85,12 +85,17 @@ def field_errors(handler: JobHandler, arguments: Mapping[str, Any]) -> Errors:
     if errors:
         return errors
     # Whatever the per-argument checks do not foresee (positional-only parameters), and
-    # the JSON round trip, exactly as an enqueue checks them.
+    # the JSON round trip, exactly as an enqueue checks them. The binding's own message
+    # shows the handler's signature, defaults included (a DSN, say): never the client's.
     try:
         payloads.check_binds(handler.name, handler.signature, (), arguments)
+    except EnqueueError:
+        errors[NON_FIELD_ERRORS] = ["The arguments do not fit this job's parameters."]
+        return errors
+    try:
         payloads.check_json(handler.name, arguments)
     except EnqueueError as exc:
-        errors[NON_FIELD_ERRORS] = [str(exc)]
+        errors[NON_FIELD_ERRORS] = [str(exc)]  # about the client's own values only
     except RecursionError:
         errors[NON_FIELD_ERRORS] = ["The arguments are nested too deeply."]
     return errors

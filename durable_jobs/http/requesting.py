@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -38,6 +39,8 @@ from durable_jobs.lifecycle.states import State
 from durable_jobs.models import Job, JobRequest
 from durable_jobs.redaction import redact
 from durable_jobs.serializers import iso
+
+logger = logging.getLogger("durable_jobs")
 
 
 class Refusal(Exception):
@@ -149,12 +152,15 @@ def submit(user: Any, handler: JobHandler, arguments: dict[str, Any], key: str) 
                 handler, handler.check_arguments((), arguments), options, using=alias
             )
         except EnqueueError as exc:
-            # unique or concurrency_key functions that refuse these arguments.
+            # The handler's concurrency_key function (project code) refused these
+            # arguments. Its text is the project's, perhaps with a secret: logged for the
+            # developers, never answered to the client.
+            logger.warning("request for %s refused: %s", handler.name, exc)
             raise Refusal(
                 400,
                 "invalid",
                 "The arguments do not fit this job.",
-                errors={NON_FIELD_ERRORS: [str(exc)]},
+                errors={NON_FIELD_ERRORS: ["This job's key cannot be made from these arguments."]},
             ) from None
         JobRequest.objects.using(alias).create(
             job=job,

@@ -60,3 +60,21 @@ def progress(context: JobContext, steps: int = 2) -> None:
 @job(name="tests.http.anything", requestable=True)
 def anything(**fields: object) -> None:
     """Takes any keyword arguments."""
+
+
+#: What a project's code may hold: neither may reach a client through a 400.
+SECRET = "hunter2-do-not-echo"
+
+
+def _failing_region_key(region: str, **_: object) -> str:
+    raise KeyError(f"no shard for {region} in {SECRET}")
+
+
+@job(name="tests.http.regional", requestable=True, concurrency_key=_failing_region_key)
+def regional(region: str) -> None:
+    pass
+
+
+@job(name="tests.http.positional", requestable=True)
+def positional(target: str, /, dsn: str = f"postgres://app:{SECRET}@db/app") -> None:
+    pass
