@@ -522,6 +522,42 @@ def test_the_throttle_holds_for_concurrent_requests_on_separate_connections(alic
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("level", ["READ_COMMITTED", "REPEATABLE_READ", "SERIALIZABLE"])
+def test_the_throttle_holds_under_every_postgresql_isolation_level(
+    alice, monkeypatch, level
+) -> None:
+    """Twelve requests at once against 2/1m, each on its own connection at ``level``:
+    exactly two get in, the rest are 429, none is a 500. (PostgreSQL's levels; SQLite's
+    transactions are always serializable, as the other concurrency tests show.)"""
+    if connection.vendor != "postgresql":
+        pytest.skip("isolation levels are PostgreSQL's OPTIONS['isolation_level']")
+    from psycopg import IsolationLevel
+
+    # Logged in here, on this thread's connection: only the requests race.
+    clients = [logged_in(alice, raise_request_exception=False) for _ in range(12)]
+    options = connection.settings_dict.setdefault("OPTIONS", {})
+    monkeypatch.setitem(options, "isolation_level", getattr(IsolationLevel, level))
+    start = threading.Barrier(12)
+    statuses: list[int] = []
+
+    def one(i: int) -> None:
+        try:
+            client = clients[i]  # a 500 is counted
+            start.wait(timeout=30)
+            statuses.append(post(client, "tests.http.throttled", {"n": i}, key=str(i)).status_code)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(12)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert sorted(statuses) == [202, 202] + [429] * 10
+    assert Job.objects.count() == JobRequest.objects.count() == 2
+
+
+@pytest.mark.django_db(transaction=True)
 def test_a_refused_request_is_answered_without_waiting_for_the_write_lock(alice) -> None:
     """Bad arguments (400) and a throttled user (429) are answered before the endpoint's
     write transaction: while another connection holds that transaction's lock (SQLite:
@@ -537,8 +573,7 @@ def test_a_refused_request_is_answered_without_waiting_for_the_write_lock(alice)
     def hold() -> None:
         engine = engine_for(None)
         try:
-            with engine.write_transaction():
-                engine.lock_keys([f"durable_jobs.request:{alice.pk}:{name}"])
+            with engine.keyed_transaction(f"durable_jobs.request:{alice.pk}:{name}"):
                 held.set()
                 # The requests below must not need the lock: released by the test, not
                 # by this timeout (which only keeps a broken endpoint from hanging here).

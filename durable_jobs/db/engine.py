@@ -17,10 +17,11 @@ models and the lifecycle's vocabulary (:mod:`~durable_jobs.lifecycle.states`,
 from __future__ import annotations
 
 import abc
+import contextlib
 import dataclasses
 import functools
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
@@ -116,6 +117,16 @@ class Engine(abc.ABC):
         statement the caller's transaction succeeds or fails with: the worker's claim and
         outcome write, which share one transaction per loop pass).
         """
+
+    def keyed_transaction(self, key: str) -> AbstractContextManager[None]:
+        """A write transaction that runs alone among the holders of ``key``, and whose
+        reads see all that the previous holder committed, whatever the connection's
+        isolation level (the HTTP endpoint's per-user throttle counts on both).
+
+        Here: :meth:`write_transaction`, then :meth:`lock_keys` inside it. On SQLite the
+        write lock comes before the transaction's snapshot, so that is enough.
+        """
+        return _locked_inside(self, key)
 
     # -- enqueue ----------------------------------------------------------------------------
 
@@ -370,3 +381,10 @@ class Engine(abc.ABC):
             f"VALUES {placeholders} ON CONFLICT ({qn('idempotency_key')}) DO NOTHING "
             f"RETURNING {qn('id')}, {qn('idempotency_key')}"
         )
+
+
+@contextlib.contextmanager
+def _locked_inside(engine: Engine, key: str) -> Iterator[None]:
+    with engine.write_transaction():
+        engine.lock_keys([key])
+        yield

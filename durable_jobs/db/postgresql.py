@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from django.db import DatabaseError, connections, transaction
 
 from durable_jobs.conf import get_settings
-from durable_jobs.db import outcome_rows
+from durable_jobs.db import advisory, outcome_rows
 from durable_jobs.db.engine import ChooseKeyed, ClaimRequest, Engine, insert_fields
 from durable_jobs.lifecycle import sql
 from durable_jobs.models import Attempt, Job
@@ -117,6 +117,11 @@ class PostgreSQLEngine(Engine):
         with transaction.atomic(using=self.alias, savepoint=savepoint):
             yield
 
+    def keyed_transaction(self, key: str) -> contextlib.AbstractContextManager[None]:
+        if self.connection.in_atomic_block:  # the caller's snapshot is taken: lock inside
+            return super().keyed_transaction(key)
+        return advisory.locked_transaction(self, key)
+
     # -- enqueue ----------------------------------------------------------------------------
 
     def rows_per_insert(self) -> int:
@@ -194,11 +199,7 @@ class PostgreSQLEngine(Engine):
         return statement, self.claim_params(request)
 
     def lock_keys(self, keys: Sequence[str]) -> None:
-        # Transaction-scoped advisory locks, in sorted order so claimers never deadlock.
-        # A hash collision only serialises two keys' claims; the count stays exact.
-        with self.connection.cursor() as cursor:
-            for key in keys:
-                cursor.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 7001))", [key])
+        advisory.lock_for_transaction(self.connection, keys)
 
     # -- outcomes ---------------------------------------------------------------------------
 

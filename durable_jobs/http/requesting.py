@@ -1,8 +1,10 @@
 """A client's request for a job: its key, its throttle, the enqueue; and whose job is whose.
 
 :func:`submit` does it all in one transaction that holds a lock on the user and the
-handler (PostgreSQL: an advisory lock; SQLite: the write lock), so that a retried
-request and a new one of the same user never race each other:
+handler (:meth:`~durable_jobs.db.engine.Engine.keyed_transaction`; PostgreSQL: an
+advisory lock taken before the transaction, so that its snapshot sees the previous
+request under any isolation level; SQLite: the write lock), so that a retried request
+and a new one of the same user never race each other:
 
 1. the user's ``Idempotency-Key`` for this handler already has a job: that job (its
    arguments must be the same ones, or the reuse is refused);
@@ -121,8 +123,7 @@ def submit(user: Any, handler: JobHandler, arguments: dict[str, Any], key: str) 
     # checks run again, exactly; a retried key goes straight there, to its job.
     if not JobRequest.objects.using(alias).filter(user=who, name=handler.name, key=key).exists():
         _check_new_request(handler, arguments, who, alias)
-    with engine.write_transaction():
-        engine.lock_keys([f"durable_jobs.request:{who}:{handler.name}"])
+    with engine.keyed_transaction(f"durable_jobs.request:{who}:{handler.name}"):
         earlier = JobRequest.objects.using(alias).filter(user=who, name=handler.name, key=key)
         previous = earlier.first()
         if previous is not None:

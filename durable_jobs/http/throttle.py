@@ -7,7 +7,8 @@ request that got a job, a retried request (same ``Idempotency-Key``) not again.
 
 Exact across every process and machine, and durable: the count is a database read
 done while :func:`durable_jobs.http.requesting.submit` holds a lock on the user and
-handler (PostgreSQL: a transaction-scoped advisory lock; SQLite: the write lock), and
+handler (PostgreSQL: an advisory lock taken before the transaction, so its snapshot sees
+the previous request under any isolation level; SQLite: the write lock), and
 the new request's row is written in the same transaction, so two concurrent requests
 can never both take the last slot, and a restart forgets nothing. The read is one
 range of the ``(user, name, created_at)`` index, at most N rows long.
