@@ -459,15 +459,22 @@ class JobRequest(models.Model):
     The row maps a user's ``Idempotency-Key`` for a handler to the job it got, so a
     retried request finds the same job; it decides who may read a job's status; and
     the handler's ``throttle`` counts these rows, one index range per user and handler.
-    Several rows may share a job: the users a ``unique`` handler answered with one job.
+    A request the endpoint refused (bad arguments, a body too large, throttled) of a
+    throttled handler is recorded too, with no job and no key: the throttle counts it.
     """
 
     id = models.BigAutoField(primary_key=True)
-    # Deleted with the job (pruning and operators' deletes included).
-    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="requests")
+    # Deleted with the job (pruning and operators' deletes included). None for a refused
+    # request, kept only for the throttle to count (and pruned as old finished jobs are).
+    job = models.ForeignKey(
+        Job, on_delete=models.CASCADE, related_name="requests", null=True, blank=True
+    )
     user = models.CharField(max_length=255, help_text="The requesting user's primary key.")
     name = models.CharField(max_length=255, help_text="The handler's registered name.")
-    key = models.CharField(max_length=255, help_text="The client's Idempotency-Key.")
+    # NULL for a refused request: the unique constraint below allows any number of them.
+    key = models.CharField(  # noqa: DJ001 (NULL, not "", is what the constraint allows)
+        max_length=255, null=True, blank=True, help_text="The client's Idempotency-Key."
+    )
     # SHA-256 of the arguments, so that a key reused with other arguments is refused.
     fingerprint = models.CharField(max_length=64)
     created_at = models.DateTimeField(default=now)

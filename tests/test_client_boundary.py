@@ -43,6 +43,7 @@ import tests.urls
 from durable_jobs import Scheduler, actions
 from durable_jobs.db import engine_for
 from durable_jobs.flow import queues
+from durable_jobs.maintenance.pruner import prune
 from durable_jobs.models import Attempt, Job, JobRequest, Node, Schedule
 from durable_jobs.redaction import MASK
 from durable_jobs.registry import _handlers
@@ -484,16 +485,15 @@ def test_the_throttle_refuses_requests_beyond_the_limit_per_user(alice, bob) -> 
     assert post(logged_in(bob), name, {"n": 1}, key="1").status_code == 202
     assert post(client, EXPORT, {"report": "x"}, key="3").status_code == 202
 
-    # The window slides: once the first request is 50 s old, a slot frees in 10 s; once
-    # it is more than a minute old, a third request is accepted.
-    first = JobRequest.objects.get(user=str(alice.pk), name=name, key="1")
-    JobRequest.objects.filter(pk=first.pk).update(
-        created_at=timezone.now() - datetime.timedelta(seconds=50)
-    )
+    # The window slides, and refused requests count in it too. Once every request of
+    # alice's but the second accepted one is 50 s old, a slot frees in 10 s; once they
+    # are more than a minute old, a third request is accepted.
+    second = JobRequest.objects.get(user=str(alice.pk), name=name, key="2")
+    others = JobRequest.objects.filter(user=str(alice.pk), name=name).exclude(pk=second.pk)
+    assert others.filter(job__isnull=True).count() == 2  # the two 429s above
+    others.update(created_at=timezone.now() - datetime.timedelta(seconds=50))
     assert 9 <= int(post(client, name, {"n": 3}, key="3")["Retry-After"]) <= 10
-    JobRequest.objects.filter(pk=first.pk).update(
-        created_at=timezone.now() - datetime.timedelta(seconds=61)
-    )
+    others.update(created_at=timezone.now() - datetime.timedelta(seconds=61))
     assert post(client, name, {"n": 3}, key="3").status_code == 202
     refusal(post(client, name, {"n": 5}, key="5"), 429, "throttled")
 
@@ -518,7 +518,8 @@ def test_the_throttle_holds_for_concurrent_requests_on_separate_connections(alic
     for thread in threads:
         thread.join(timeout=60)
     assert sorted(statuses) == [202, 202] + [429] * 6
-    assert Job.objects.count() == JobRequest.objects.count() == 2
+    assert Job.objects.count() == JobRequest.objects.filter(job__isnull=False).count() == 2
+    assert JobRequest.objects.filter(job__isnull=True).count() == 6  # each 429 counted
 
 
 @pytest.mark.django_db(transaction=True)
@@ -554,28 +555,26 @@ def test_the_throttle_holds_under_every_postgresql_isolation_level(
     for thread in threads:
         thread.join(timeout=60)
     assert sorted(statuses) == [202, 202] + [429] * 10
-    assert Job.objects.count() == JobRequest.objects.count() == 2
+    assert Job.objects.count() == JobRequest.objects.filter(job__isnull=False).count() == 2
 
 
 @pytest.mark.django_db(transaction=True)
 def test_a_refused_request_is_answered_without_waiting_for_the_write_lock(alice) -> None:
-    """Bad arguments (400) and a throttled user (429) are answered before the endpoint's
-    write transaction: while another connection holds that transaction's lock (SQLite:
-    the database's write lock; PostgreSQL: the user and handler's advisory lock), a
-    refused request still gets its answer, and the holder is never kept waiting."""
-    name = "tests.http.throttled"
+    """Bad arguments are refused before the endpoint's write transaction: while another
+    connection holds that transaction's lock (SQLite: the database's write lock;
+    PostgreSQL: the user and handler's advisory lock), an invalid request still gets its
+    400, and the holder is never kept waiting. (The handler has no throttle, so the
+    refusal is not recorded: that one short write would wait for SQLite's lock.)"""
     client = logged_in(alice, raise_request_exception=False)  # a 500 is counted
-    for n in (1, 2):
-        assert post(client, name, {"n": n}, key=str(n)).status_code == 202
     held, release = threading.Event(), threading.Event()
     outcome: dict[str, bool] = {}
 
     def hold() -> None:
         engine = engine_for(None)
         try:
-            with engine.keyed_transaction(f"durable_jobs.request:{alice.pk}:{name}"):
+            with engine.keyed_transaction(f"durable_jobs.request:{alice.pk}:{EXPORT}"):
                 held.set()
-                # The requests below must not need the lock: released by the test, not
+                # The request below must not need the lock: released by the test, not
                 # by this timeout (which only keeps a broken endpoint from hanging here).
                 outcome["released_by_the_test"] = release.wait(timeout=8)
         finally:
@@ -585,14 +584,42 @@ def test_a_refused_request_is_answered_without_waiting_for_the_write_lock(alice)
     holder.start()
     try:
         assert held.wait(timeout=30)
-        invalid = post(client, name, {"n": "not a number"}, key="3")
-        throttled = post(client, name, {"n": 4}, key="4")
+        invalid = post(client, EXPORT, {"report": "x", "rows": "many"}, key="1")
     finally:
         release.set()
         holder.join(timeout=30)
-    assert (invalid.status_code, throttled.status_code) == (400, 429)
+    assert invalid.status_code == 400
     assert outcome == {"released_by_the_test": True}
-    assert Job.objects.count() == 2
+    assert Job.objects.count() == JobRequest.objects.count() == 0
+
+
+def test_refused_requests_count_toward_the_throttle(alice) -> None:
+    """Against 2/1m: a 400, a 413 and a 429 each use up the user's requests as a job does,
+    and the refused ones have no job and no key (a retry with a fixed body is free to
+    use the key)."""
+    name = "tests.http.throttled"
+    client = logged_in(alice)
+    refusal(post(client, name, {"n": "not a number"}, key="1"), 400, "invalid")
+    assert post(client, name, {"n": 1}, key="1").status_code == 202
+    refusal(post(client, name, {"n": 2}, key="2"), 429, "throttled")
+    refused = JobRequest.objects.filter(job__isnull=True)
+    assert refused.count() == 2
+    assert set(refused.values_list("key", flat=True)) == {None}
+    # Once the window has passed, the user may request again.
+    JobRequest.objects.update(created_at=timezone.now() - datetime.timedelta(seconds=61))
+    assert post(client, name, {"n": 3}, key="3").status_code == 202
+    refusal(post(client, name, raw="x" * 70_000, key="4"), 413, "too_large")
+    refusal(post(client, name, {"n": 5}, key="5"), 429, "throttled")
+
+
+def test_the_pruner_forgets_old_refused_requests(alice) -> None:
+    client = logged_in(alice)
+    refusal(post(client, "tests.http.throttled", {"n": "x"}, key="1"), 400, "invalid")
+    refusal(post(client, "tests.http.throttled", {"n": "y"}, key="2"), 400, "invalid")
+    old = timezone.now() - datetime.timedelta(days=8)  # PRUNE_AFTER_DAYS is 7
+    JobRequest.objects.filter(pk=JobRequest.objects.first().pk).update(created_at=old)
+    prune()
+    assert JobRequest.objects.filter(job__isnull=True).count() == 1
 
 
 @pytest.mark.django_db(transaction=True)
@@ -624,7 +651,7 @@ def test_concurrent_requests_are_not_wrapped_in_the_projects_atomic_requests(
     for thread in threads:
         thread.join(timeout=60)
     assert sorted(statuses) == [202, 202] + [429] * 10
-    assert Job.objects.count() == JobRequest.objects.count() == 2
+    assert Job.objects.count() == JobRequest.objects.filter(job__isnull=False).count() == 2
 
 
 # -- status ----------------------------------------------------------------------------------

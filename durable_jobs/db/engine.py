@@ -283,6 +283,16 @@ class Engine(abc.ABC):
                 deleted += cursor.rowcount
         return deleted
 
+    def forget_refused_requests(self, before: datetime, limit: int) -> int:
+        """Delete up to ``limit`` records of refused HTTP requests older than ``before``
+        (those of requests that got a job go with their job); how many went."""
+        refused = JobRequest.objects.using(self.alias).filter(job__isnull=True)
+        ids = list(refused.filter(created_at__lt=before).values_list("pk", flat=True)[:limit])
+        if not ids:
+            return 0
+        with self.write_transaction():
+            return refused.filter(pk__in=ids).delete()[0]
+
     def forget_nodes(self, silent_since: datetime) -> None:
         """Delete the rows of nodes whose last heartbeat is older than ``silent_since``."""
         with self.write_transaction():

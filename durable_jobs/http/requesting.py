@@ -126,7 +126,7 @@ def submit(user: Any, handler: JobHandler, arguments: dict[str, Any], key: str) 
     with engine.keyed_transaction(f"durable_jobs.request:{who}:{handler.name}"):
         earlier = JobRequest.objects.using(alias).filter(user=who, name=handler.name, key=key)
         previous = earlier.first()
-        if previous is not None:
+        if previous is not None and previous.job_id is not None:
             job = Job.objects.using(alias).filter(pk=previous.job_id).first()
             if job is not None:
                 if previous.fingerprint != arguments_hash:
@@ -172,6 +172,18 @@ def submit(user: Any, handler: JobHandler, arguments: dict[str, Any], key: str) 
             created_at=timezone.now(),
         )
     return job, False
+
+
+def record_refusal(user: Any, handler: JobHandler) -> None:
+    """Count a refused request (400, 413, 415, 422, 429) of a throttled handler against its
+    user's throttle: one short write, after the refusal was decided without any. A client
+    cannot then send invalid requests, or keep retrying a throttled one, for free."""
+    if handler.throttle is None:
+        return
+    alias = engine_for(None).alias
+    JobRequest.objects.using(alias).create(
+        job=None, user=user_key(user), name=handler.name, key=None, created_at=timezone.now()
+    )
 
 
 def _check_new_request(

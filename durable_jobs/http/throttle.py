@@ -3,7 +3,8 @@
 At most N requests per user and handler in any sliding window of the period (the
 format of queue rates, :func:`durable_jobs.flow.rates.parse_rate`). What is counted
 is the user's :class:`~durable_jobs.models.JobRequest` rows of the handler: one per
-request that got a job, a retried request (same ``Idempotency-Key``) not again.
+request that got a job, a retried request (same ``Idempotency-Key``) not again, and
+one per refused request (bad arguments, too large, throttled), which has no job.
 
 Exact across every process and machine, and durable: the count is a database read
 done while :func:`durable_jobs.http.requesting.submit` holds a lock on the user and

@@ -81,9 +81,13 @@ def request_job(request: HttpRequest, name: str) -> HttpResponse:
         _check_csrf(request)
         handler = requesting.requestable(name)
         _check_permission(user, handler.permission, handler.name)
+    except Refusal as refusal:
+        return _refused(refusal)
+    try:
         arguments, key = _arguments_and_key(request)
         job, replayed = requesting.submit(user, handler, arguments, key)
     except Refusal as refusal:
+        requesting.record_refusal(user, handler)  # the throttle counts it
         return _refused(refusal)
     url = _status_url(request, job)
     response = _json({**requesting.status_of(job), "status_url": url}, status=202)

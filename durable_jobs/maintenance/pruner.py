@@ -59,5 +59,7 @@ def prune(
             if batch is None:
                 break
             deleted += batch
+        # The refused requests the HTTP throttle counted, as old as the jobs just pruned.
+        engine.forget_refused_requests(cutoff, BATCH)
     engine.forget_nodes(now - FORGET_NODES_AFTER)
     return deleted
