@@ -28,9 +28,11 @@ from durable_jobs.conf.kinds import (
     Channel,
     Days,
     Declarations,
+    DottedPaths,
     Flag,
     Fragments,
     Kind,
+    OptionalFlag,
     QueueOptions,
     Queues,
     Retries,
@@ -171,6 +173,32 @@ class Settings:
         "E018",
         hint="False only behind a pooler that cannot keep prepared statements (PgBouncer in "
         "transaction mode before 1.21).",
+    )
+
+    # Execution middleware: dotted paths to factories ``factory(call_next)`` returning a
+    # ``callable(context)``, wrapped around every attempt in this order (the first is
+    # outermost), like Django's MIDDLEWARE.
+    middleware = Setting(
+        "MIDDLEWARE",
+        [],
+        DottedPaths(),
+        "E020",
+        hint='For example "MIDDLEWARE": ["myproject.jobs.sentry_scope"].',
+    )
+    # Trace enqueues and attempts with OpenTelemetry (needs the "opentelemetry" extra).
+    opentelemetry = Setting(
+        "OPENTELEMETRY",
+        False,
+        Flag(),
+        "E021",
+        hint='pip install "django-durable-jobs[opentelemetry]".',
+    )
+    # Serve the Prometheus metrics view to anyone, not only to staff users.
+    metrics_public = Setting("METRICS_PUBLIC", False, Flag(), "E018")
+    # Run a worker and the scheduler inside ``manage.py runserver`` (development only).
+    # None follows settings.DEBUG.
+    inline_worker = Setting(
+        "INLINE_WORKER", None, OptionalFlag(), "E018", hint="True, False, or None (follow DEBUG)."
     )
 
     def __init__(self, raw: Mapping[str, Any]) -> None:

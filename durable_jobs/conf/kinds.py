@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, NamedTuple, TypeVar
 
 from django.db import connections
+from django.utils.module_loading import import_string
 
 from durable_jobs import limits, validate
 from durable_jobs.flow.rates import InvalidRate, parse_rate
@@ -110,6 +111,39 @@ class Flag(Kind[bool]):
 
     def convert(self, value: Any) -> bool:
         return bool(value)
+
+
+class OptionalFlag(Kind["bool | None"]):
+    """True, False, or None (decided elsewhere, for example by ``settings.DEBUG``)."""
+
+    def problems(self, key: str, value: Any) -> list[Problem]:
+        if value is None or isinstance(value, bool):
+            return []
+        return [Problem(f"{key} must be True, False or None (got {value!r}).")]
+
+    def convert(self, value: Any) -> bool | None:
+        return value
+
+
+class DottedPaths(Kind["tuple[str, ...]"]):
+    """A list of dotted paths to importable callables (checked by importing them)."""
+
+    def problems(self, key: str, value: Any) -> list[Problem]:
+        if not isinstance(value, list | tuple) or not all(isinstance(p, str) and p for p in value):
+            return [Problem(f"{key} must be a list of dotted paths (got {value!r}).")]
+        found = []
+        for path in value:
+            try:
+                target = import_string(path)
+            except ImportError as exc:
+                found.append(Problem(f"{key}: {path!r} cannot be imported: {exc}"))
+                continue
+            if not callable(target):
+                found.append(Problem(f"{key}: {path!r} is not callable."))
+        return found
+
+    def convert(self, value: Any) -> tuple[str, ...]:
+        return tuple(value)
 
 
 class Fragments(Kind["tuple[str, ...]"]):
