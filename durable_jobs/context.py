@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +27,9 @@ class JobContext:
     logger: JobLoggerAdapter
     lease_seconds: float = 60.0
     _last_progress_write: float = field(default=0.0, repr=False)
+    #: Set by the worker when execution middleware wraps the attempt: binds the payload
+    #: and calls the handler (the end of the chain).
+    _invoke: Callable[[], Any] = field(default=lambda: None, repr=False, compare=False)
 
     @property
     def attempt(self) -> int:

@@ -7,15 +7,17 @@ arguments first.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
 from django.utils import timezone
 
-from durable_jobs import validate, wakeup
+from durable_jobs import hooks, signals, validate, wakeup
 from durable_jobs.conf import get_settings
 from durable_jobs.db import engine_for
 from durable_jobs.db.rows import mark_saved, new_instance
@@ -111,25 +113,27 @@ def insert_or_get(
     connection = engine.connection
     # Wake-ups go with the first enqueue of the queue in a transaction, not with each.
     wake = job.available_at <= job.created_at and not wakeup.already_woken(connection, job.queue)
-    for _ in range(3):
-        job_id = engine.insert_job(job, notify=wake)
-        if job_id is not None:
-            break
-        existing = Job.objects.using(engine.alias).filter(idempotency_key=job.idempotency_key)
-        found = existing.first()
-        if found is not None:
-            log_event(
-                logging.DEBUG, "duplicate enqueue", found, idempotency_key=job.idempotency_key
+    with around_insert([job]):
+        for _ in range(3):
+            job_id = engine.insert_job(job, notify=wake)
+            if job_id is not None:
+                break
+            existing = Job.objects.using(engine.alias).filter(idempotency_key=job.idempotency_key)
+            found = existing.first()
+            if found is not None:
+                log_event(
+                    logging.DEBUG, "duplicate enqueue", found, idempotency_key=job.idempotency_key
+                )
+                return found, False
+            # The holder of a unique key left its unique states between our insert and
+            # read, freeing the key: insert again.
+        else:
+            raise EnqueueError(
+                f"{handler.name}: the idempotency key {job.idempotency_key!r} kept changing "
+                "hands; try again"
             )
-            return found, False
-        # The holder of a unique key left its unique states between our insert and read,
-        # freeing the key: insert again.
-    else:
-        raise EnqueueError(
-            f"{handler.name}: the idempotency key {job.idempotency_key!r} kept changing hands; "
-            "try again"
-        )
     mark_saved(job, job_id, engine.alias)
+    signals.send(signals.job_enqueued, Job, job=job)
     if logger.isEnabledFor(logging.INFO):
         log_event(logging.INFO, "enqueued", job, payload=redact(job.payload))
     if wake:
@@ -137,6 +141,19 @@ def insert_or_get(
         transaction.on_commit(wake_local_workers, using=engine.alias)
         wakeup.mark_woken(connection, job.queue)
     return job, True
+
+
+def around_insert(jobs: list[Job]) -> AbstractContextManager[Any]:
+    """The integrations' enqueue hooks (:mod:`durable_jobs.hooks`) around one insert."""
+    return _hooked(jobs) if hooks.enqueue_hooks else contextlib.nullcontext()
+
+
+@contextlib.contextmanager
+def _hooked(jobs: list[Job]) -> Iterator[None]:
+    with contextlib.ExitStack() as stack:
+        for hook in list(hooks.enqueue_hooks):
+            stack.enter_context(hook(jobs))
+        yield
 
 
 def _available_at(name: str, now: datetime.datetime, options: EnqueueOptions) -> datetime.datetime:
@@ -174,7 +191,7 @@ def insert_many(
     jobs = [build_job(p.handler, p.payload, p.options, now=now) for p in prepared]
     for job in jobs:
         job.batch_id = batch_id
-    with transaction.atomic(using=engine.alias):
+    with around_insert(jobs), transaction.atomic(using=engine.alias):
         ids = engine.insert_jobs(jobs)
         missing = {j.idempotency_key for j, pk in zip(jobs, ids, strict=True) if pk is None}
         existing = (
@@ -209,6 +226,7 @@ def insert_many(
             out.append(found)
             continue
         mark_saved(job, pk, engine.alias)
+        signals.send(signals.job_enqueued, Job, job=job)
         created += 1
         out.append(job)
     if logger.isEnabledFor(logging.INFO) and created:

@@ -51,12 +51,15 @@ def job_fields(job: Job, **overrides: Any) -> dict[str, Any]:
     return fields
 
 
-def log_event(level: int, event: str, job: Job, **fields: Any) -> None:
-    """Log one lifecycle event of ``job`` (``enqueued``, ``completed``, ``dead``, ...)."""
+def log_event(
+    level: int, event: str, job: Job, *, exc_info: BaseException | None = None, **fields: Any
+) -> None:
+    """Log one lifecycle event of ``job`` (``enqueued``, ``completed``, ``dead``, ...),
+    with the exception it ended with, if any."""
     if logger.isEnabledFor(level):
         extra = job_fields(job, **fields)
         extra["event"] = event
-        logger.log(level, "job %s %s (%s)", job.pk, event, job.name, extra=extra)
+        logger.log(level, "job %s %s (%s)", job.pk, event, job.name, extra=extra, exc_info=exc_info)
 
 
 class JobLoggerAdapter(logging.LoggerAdapter):

@@ -2,7 +2,7 @@
 
 :func:`write` records settlements in the caller's transaction (the worker's loop writes
 them together with its next claim); :func:`after_commit` then updates the in-memory
-jobs, sends :data:`~durable_jobs.signals.job_finished`, logs each lifecycle event and
+jobs, sends the outcome signals (:mod:`durable_jobs.signals`), logs each lifecycle event and
 finishes the batches whose last job this was. :func:`write_now` does both, for callers
 with no transaction of their own (the rescuer, ``testing.drain``).
 """
@@ -14,13 +14,13 @@ from collections.abc import Iterable, Sequence
 
 from django.db import DatabaseError
 
+from durable_jobs import signals
 from durable_jobs.flow.batches import finish_ready
 from durable_jobs.lifecycle.outcomes import Settlement
-from durable_jobs.lifecycle.states import FINAL
+from durable_jobs.lifecycle.states import FINAL, State
 from durable_jobs.lifecycle.transitions import settle
 from durable_jobs.logging import log_event
-from durable_jobs.models import Job
-from durable_jobs.signals import job_finished
+from durable_jobs.models import FAILED_OUTCOMES, Job
 
 logger = logging.getLogger("durable_jobs")
 
@@ -52,7 +52,7 @@ def write_now(settlements: Sequence[Settlement], *, using: str | None = None) ->
 def after_commit(
     settlements: Sequence[Settlement], written: Sequence[bool], *, using: str | None = None
 ) -> None:
-    """After the outcomes' commit: log them, send ``job_finished``, and finish the batches
+    """After the outcomes' commit: log them, send their signals, and finish the batches
     whose last job this was."""
     for settlement, ok in zip(settlements, written, strict=True):
         _report(settlement, ok)
@@ -85,20 +85,22 @@ def _report(settlement: Settlement, written: bool) -> None:
         log_event(logging.WARNING, "rejected", job, node=attempt.node, outcome=attempt.outcome)
         return
     job.state = settlement.target
+    # The outcome is committed; a failing receiver must not make it look otherwise.
+    signals.send(signals.attempt_finished, Job, job=job, attempt=attempt)
     if settlement.target in FINAL:
-        # The outcome is committed; a failing receiver must not make it look otherwise.
-        sent = job_finished.send_robust(
-            sender=Job, job=job, attempt=attempt, error=settlement.exception
+        signals.send(
+            signals.job_finished, Job, job=job, attempt=attempt, error=settlement.exception
         )
-        for receiver, response in sent:
-            if isinstance(response, Exception):
-                logger.error(
-                    "job_finished receiver %r failed: %s", receiver, response, exc_info=response
-                )
+    if settlement.target == State.DEAD:
+        signals.send(signals.job_dead, Job, job=job, attempt=attempt)
+    error = settlement.exception
     log_event(
         EVENT_LEVELS.get(settlement.event, logging.INFO),
         settlement.event,
         job,
+        # A failure carries its real exception, so that error trackers' logging
+        # integrations (Sentry's, for one) capture its stack, not only its message.
+        exc_info=error if attempt.outcome in FAILED_OUTCOMES else None,
         node=attempt.node,
         duration_ms=round(attempt.duration.total_seconds() * 1000, 3),
         error=settlement.error,

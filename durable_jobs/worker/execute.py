@@ -9,18 +9,20 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import inspect
 import time
 from typing import TYPE_CHECKING, Any
 
 from django.utils import timezone
 
-from durable_jobs import resolve
+from durable_jobs import resolve, signals
 from durable_jobs.context import JobContext
 from durable_jobs.exceptions import Cancel, Discard, JobTimeout, PayloadMismatch, Snooze, UnknownJob
 from durable_jobs.lifecycle.errors import storable
 from durable_jobs.lifecycle.outcomes import RunResult
 from durable_jobs.logging import JobLoggerAdapter, job_fields
-from durable_jobs.models import Job, Outcome
+from durable_jobs.models import Job, Node, Outcome
+from durable_jobs.worker import middleware
 from durable_jobs.worker.pool import Interrupted
 
 if TYPE_CHECKING:
@@ -33,8 +35,10 @@ def execute(
     node: str = "",
     lease_seconds: float = 60.0,
     handler: JobHandler[..., Any] | None = None,
+    worker_node: Node | None = None,
 ) -> RunResult:
-    """Run ``job``'s handler (looked up by name unless given) with its stored payload.
+    """Run ``job``'s handler (looked up by name unless given) with its stored payload,
+    through the execution middleware if there is any.
 
     Never raises for what the handler raises: ``SystemExit``, ``KeyboardInterrupt`` and
     other ``BaseException`` s are the attempt's failure too (in a worker's pool thread
@@ -48,12 +52,10 @@ def execute(
     error: BaseException | None = None
     try:
         handler = handler or resolve.handler_for(job)  # once per job, with the worker
-        args, kwargs = handler.call_arguments(
-            job,
-            node=node,
-            job_context=lambda: JobContext(job=job, logger=adapter, lease_seconds=lease_seconds),
+        signals.send(
+            signals.attempt_started, Job, job=job, attempt_number=job.attempts, node=worker_node
         )
-        value = storable(handler.stored_result(call_handler(handler, job.timeout, args, kwargs)))
+        value = storable(handler.stored_result(run(handler, job, node, adapter, lease_seconds)))
     except Snooze as exc:
         outcome, error, snooze = Outcome.SNOOZED, exc, exc.seconds
     except Cancel as exc:
@@ -81,6 +83,48 @@ def execute(
         log_lines=adapter.lines,
         handler=handler,
     )
+
+
+def run(
+    handler: JobHandler[..., Any],
+    job: Job,
+    node: str,
+    adapter: JobLoggerAdapter,
+    lease_seconds: float,
+) -> Any:
+    """Bind ``job``'s payload and call the handler, inside the middleware chain if any."""
+    chain = middleware.chain()
+    if chain is None:  # the fast path: no context unless the handler asks for one
+        args, kwargs = handler.call_arguments(
+            job,
+            node=node,
+            job_context=lambda: JobContext(job=job, logger=adapter, lease_seconds=lease_seconds),
+        )
+        return call_handler(handler, job.timeout, args, kwargs)
+    context = JobContext(job=job, logger=adapter, lease_seconds=lease_seconds)
+
+    def invoke() -> Any:
+        args, kwargs = handler.call_arguments(job, node=node, job_context=lambda: context)
+        if handler.is_async:
+            return _call_async(handler.func, job.timeout, args, kwargs)
+        return handler.func(*args, **kwargs)
+
+    context._invoke = invoke
+    if handler.is_async:
+        return asyncio.run(_through(chain, context))
+    result = chain(context)
+    if inspect.isawaitable(result):  # an async middleware around a sync handler
+        return asyncio.run(_awaited(result))
+    return result
+
+
+async def _through(chain: middleware.Call, context: JobContext) -> Any:
+    result = chain(context)
+    return (await result) if inspect.isawaitable(result) else result
+
+
+async def _awaited(result: Any) -> Any:
+    return await result
 
 
 def call_handler(handler: Any, timeout: float | None, args: tuple, kwargs: dict) -> Any:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import Error as DatabaseError
 
-from durable_jobs import wakeup
+from durable_jobs import signals, wakeup
 from durable_jobs.models import Node, Outcome
 
 if TYPE_CHECKING:
@@ -86,6 +86,7 @@ class GracefulStop:
             extra={"node": self.node.name, "running": len(self.running)},
         )
         self.maintenance.stop()  # no new rescue, prune or tick
+        signals.send(signals.worker_stopping, Node, node=self.node)
         deadline = time.monotonic() + self.timing.shutdown_grace
         self._with_retries(self._mark_stopping, deadline)
         while self.running and time.monotonic() < deadline:

@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from django.db import Error as DatabaseError
 from django.db import connections
 
-from durable_jobs import wakeup
+from durable_jobs import signals, wakeup
 from durable_jobs.db import engine_for
 from durable_jobs.db.upkeep import refresh_thread_connections
 from durable_jobs.exceptions import JobTimeout
@@ -192,6 +192,7 @@ class Worker(GracefulStop):
             ", ".join(f"{q}:{c}" for q, c in self.queues.items()),
             extra={"node": self.node.name, "queues": self.queues},
         )
+        signals.send(signals.worker_started, Node, node=self.node)
         self.started.set()
 
     def _use_node(self, node: Node) -> None:
@@ -277,6 +278,7 @@ class Worker(GracefulStop):
                 node=self.node.name,
                 lease_seconds=self.timing.lease_seconds,
                 handler=running.handler,
+                worker_node=self.node,
             )
         finally:
             refresh_thread_connections()

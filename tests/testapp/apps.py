@@ -15,3 +15,8 @@ class TestAppConfig(AppConfig):
             from tests.testapp.task_signals import connect
 
             connect()
+        if os.environ.get("DURABLE_JOBS_TEST_LIFECYCLE_SIGNALS"):
+            # tests/test_signals.py: a worker process records the lifecycle signals.
+            from tests.testapp.lifecycle_signals import connect as connect_lifecycle
+
+            connect_lifecycle(raise_first=bool(os.environ.get("DURABLE_JOBS_TEST_RAISING")))

@@ -38,6 +38,13 @@ def flaky(context: JobContext, fail_times: int) -> str:
     return "ok"
 
 
+@job(takes_context=True, name="tests.fails_once", max_retries=1, backoff=[0])
+def fails_once(context: JobContext) -> str:
+    if context.attempt == 1:
+        raise RuntimeError("the first attempt fails")
+    return "second time lucky"
+
+
 @job(name="tests.always_fails", max_retries=2)
 def always_fails() -> None:
     try:
