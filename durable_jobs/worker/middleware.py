@@ -29,7 +29,7 @@ Call = Callable[[JobContext], Any]
 
 def chain() -> Call | None:
     """The chain in effect, built once per set of middleware; None when there is none."""
-    configured = get_settings().middleware
+    configured = _configured()
     if not configured and not hooks.middleware:
         return None
     return _built(tuple(hooks.middleware), configured)
@@ -39,6 +39,12 @@ def innermost(context: JobContext) -> Any:
     """The end of every chain: bind the payload and call the handler (``execute`` puts
     the call on the context; an async handler's call is a coroutine)."""
     return context._invoke()
+
+
+@functools.cache
+def _configured() -> tuple[str, ...]:
+    # Read once, not per attempt: reading a setting checks its value (imports the paths).
+    return get_settings().middleware
 
 
 @functools.lru_cache(maxsize=16)
@@ -71,4 +77,5 @@ def _load(path: str) -> hooks.Middleware:
 def _rebuild(*, setting: str, **kwargs: Any) -> None:
     # A changed DURABLE_JOBS (override_settings in tests) builds its chain afresh.
     if setting == "DURABLE_JOBS":
+        _configured.cache_clear()
         _built.cache_clear()
