@@ -104,3 +104,28 @@ def days_value(text: str) -> float:
             f"{text!r} is not a number of days from 0 to {MAX_PRUNE_DAYS}"
         )
     return days
+
+
+def max_lag_value(text: str) -> float:
+    """``--max-lag``: seconds, a finite number >= 0."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = -1.0
+    if validate.seconds_problem(seconds, zero=True):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a number of seconds >= 0 (at most a year), as in --max-lag 300"
+        )
+    return seconds
+
+
+def node_value(text: str) -> str:
+    """``--node``: a node name, as ``runworker --name`` gave it."""
+    if not text.strip():
+        # What a Kubernetes exec probe passes for "$(POD_NAME)" when POD_NAME comes from
+        # the downward API: the kubelet expands only literal env values in probes.
+        raise argparse.ArgumentTypeError(
+            "the node name is empty. In a Kubernetes exec probe, $(POD_NAME) expands to "
+            'nothing: run the probe through a shell, with --node "$POD_NAME"'
+        )
+    return text_value(text)

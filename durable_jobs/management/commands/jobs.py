@@ -17,7 +17,7 @@ from django.db import OperationalError, ProgrammingError
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from durable_jobs import actions, overview, serializers
+from durable_jobs import actions, health, overview, serializers
 from durable_jobs.flow import queues as flow_queues
 from durable_jobs.flow.why import explain
 from durable_jobs.lifecycle.states import State
@@ -26,6 +26,8 @@ from durable_jobs.management.arguments import (
     days_value,
     id_value,
     limit_value,
+    max_lag_value,
+    node_value,
     queue_value,
     since_value,
     state_value,
@@ -97,6 +99,20 @@ class Command(BaseCommand):
         batches.add_argument("--open", action="store_true", help="Only unfinished batches.")
         batches.add_argument("--limit", type=limit_value, default=50)
         batches.add_argument("--json", action="store_true")
+        check = sub.add_parser(
+            "health",
+            help="Exit 0 if the database answers, a worker is live and no queue lags; else 1.",
+        )
+        check.add_argument(
+            "--max-lag",
+            type=max_lag_value,
+            metavar="SECONDS",
+            help="Also fail if a running queue's oldest available job waited longer.",
+        )
+        check.add_argument(
+            "--node", type=node_value, metavar="NAME", help="This node must be live (not any)."
+        )
+        check.add_argument("--json", action="store_true", help='One object: {"ok", "checks"}.')
 
     def handle(self, *args: Any, **options: Any) -> None:
         self.stdout = printable_output(self.stdout)
@@ -135,6 +151,19 @@ class Command(BaseCommand):
             f"attempts, failure rate {rate}.\n"
             f"Nodes: {len(nodes['live'])} live, {len(nodes['stale'])} stale."
         )
+
+    def do_health(self, options: dict[str, Any]) -> None:
+        report = health.run_checks(node=options["node"], max_lag=options["max_lag"])
+        if options["json"]:
+            emit_json(self.stdout, report.as_dict())
+        else:
+            for check in report.checks:
+                self.stdout.write(
+                    check.line(), self.style.SUCCESS if check.ok else self.style.ERROR
+                )
+            self.stdout.write(report.summary())
+        if not report.ok:
+            sys.exit(1)
 
     def do_list(self, options: dict[str, Any]) -> None:
         jobs = self.matching(options).select_related("leased_by").order_by("-pk")
