@@ -11,20 +11,20 @@ and exits 0 or 1, and a web view or a monitoring script can call it the same way
 
 Each figure is read with a bounded cost, as on the admin's overview: the nodes are one
 small table, and a queue's lag is one probe of the ``(state, queue, available_at)``
-index (:func:`durable_jobs.overview.lag_seconds`). Nothing counts the job table.
+index (``durable_jobs.overview.lag_seconds``). Nothing counts the job table.
 
 The rules, the same as everywhere else in the package:
 
 - A node is **live** while its last heartbeat is more recent than one lease
-  (:ref:`LEASE_SECONDS <setting-LEASE_SECONDS>`, see :meth:`Node.live_after
-  <durable_jobs.models.Node.live_after>`): past that, its jobs are rescued by others.
+  (:ref:`LEASE_SECONDS <setting-LEASE_SECONDS>`, ``Node.live_after()``); past that,
+  its jobs are rescued by others.
 - A **stopping** node (finishing its running jobs after ``SIGTERM``) claims nothing
   more: it does not count as a live node of the cluster, but a named node that is
   stopping passes, since it is alive and doing what it was told.
 - A queue's **lag** is how long its oldest ``queued`` job that is available now has
-  waited (the ``LAG`` of ``jobs stats``); delayed jobs and retries waiting for their
-  backoff are not late. **Paused** queues are not held to the maximum lag: their jobs
-  are meant to wait.
+  waited (the ``LAG`` of ``jobs stats``): jobs delayed to a later time are not late,
+  and jobs waiting for a retry (``retrying``) are not counted. **Paused** queues are
+  not held to the maximum lag: their jobs are meant to wait.
 """
 
 from __future__ import annotations
@@ -59,9 +59,11 @@ class HealthCheck:
     figures: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
+        """``name``, ``ok``, ``detail`` and the figures, as ``--json`` prints them."""
         return {"name": self.name, "ok": self.ok, "detail": self.detail, **self.figures}
 
     def line(self) -> str:
+        """The line ``jobs health`` prints: ``ok`` or ``failed``, the name, the detail."""
         return f"{'ok' if self.ok else 'failed':<6}  {self.name}: {self.detail}"
 
 
@@ -74,16 +76,20 @@ class HealthReport:
 
     @property
     def ok(self) -> bool:
+        """Whether every check passed."""
         return all(check.ok for check in self.checks)
 
     @property
     def failed(self) -> list[HealthCheck]:
+        """The checks that failed."""
         return [check for check in self.checks if not check.ok]
 
     def as_dict(self) -> dict[str, Any]:
+        """``{"ok": bool, "checks": [...]}``, JSON-ready."""
         return {"ok": self.ok, "checks": [check.as_dict() for check in self.checks]}
 
     def summary(self) -> str:
+        """The last line ``jobs health`` prints: healthy, or which checks failed."""
         if self.ok:
             return f"healthy: {len(self.checks)} checks passed"
         names = ", ".join(check.name for check in self.failed)

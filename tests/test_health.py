@@ -23,27 +23,18 @@ from typing import Any
 
 import pytest
 from django.core.management import CommandError, call_command
+from django.test import RequestFactory
 from django.utils import timezone
 
 from durable_jobs import health
 from durable_jobs.flow import queues
 from durable_jobs.models import Job, Node
-from tests.conftest import WorkerProcesses, wait_for, wait_until
+from tests.conftest import MANAGE_PY, WorkerProcesses, wait_for, wait_until
+from tests.test_docs_ports import DOCS, code_blocks
 from tests.testapp import jobs
 
 #: LEASE_SECONDS in tests/settings.py: a node is stale this long after its heartbeat.
 STALE_AFTER = 30
-
-MANAGE_PY = """\
-import os
-import sys
-
-if __name__ == "__main__":
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.settings")
-    from django.core.management import execute_from_command_line
-
-    execute_from_command_line(sys.argv)
-"""
 
 
 def health_command(*args: str) -> tuple[int, str]:
@@ -416,3 +407,26 @@ def test_a_database_error_during_the_checks_is_reported_not_raised(tmp_path: Pat
         "durable_jobs_queue",
         "unhealthy: 1 of 1 checks failed (database)",
     ]
+
+
+# -- the web endpoint the deployment guide shows ----------------------------------------------
+
+
+@pytest.mark.django_db
+def test_the_documented_health_view_answers_200_or_503() -> None:
+    (block,) = [
+        b for b in code_blocks(DOCS / "deployment" / "index.rst") if b.name == "health-view"
+    ]
+    namespace: dict[str, Any] = {}
+    exec(compile(block.code, block.where, "exec"), namespace)
+    view = namespace["jobs_health"]
+    request = RequestFactory().get("/health/jobs")
+
+    response = view(request)
+    assert response.status_code == 503
+    assert json.loads(response.content)["ok"] is False
+
+    node("worker-1")
+    response = view(request)
+    assert response.status_code == 200
+    assert json.loads(response.content)["ok"] is True
