@@ -23,7 +23,9 @@ from typing import Any
 
 import pytest
 from django.core.management import CommandError, call_command
+from django.db import connection
 from django.test import RequestFactory
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from durable_jobs import health
@@ -315,6 +317,24 @@ def test_json_has_every_check_with_its_figures() -> None:
     assert 95 <= named["seconds_since_heartbeat"] < 150
     assert (named["stale_after_seconds"], named["stopping"]) == (STALE_AFTER, False)
     assert named["last_heartbeat_at"].endswith("+00:00")
+
+
+@pytest.mark.django_db
+def test_the_checks_read_a_bounded_number_of_rows() -> None:
+    """No count of the job table: one LIMITed read per queue, however many jobs wait."""
+    node("worker-1")
+    Job.objects.bulk_create(
+        Job(name="tests.add", queue="emails", payload={"a": i}) for i in range(500)
+    )
+
+    with CaptureQueriesContext(connection) as queries:
+        assert health.run_checks(max_lag=3600).ok
+
+    job_reads = [q["sql"] for q in queries.captured_queries if "durable_jobs_job" in q["sql"]]
+    assert len(job_reads) == 3  # one per queue: default, emails, webhooks
+    for sql in job_reads:
+        assert "COUNT(" not in sql.upper()
+        assert "LIMIT 1" in sql.upper()
 
 
 # -- bad input -------------------------------------------------------------------------------
