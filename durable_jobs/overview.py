@@ -124,22 +124,29 @@ def queue_table(now: datetime.datetime, cap: int = CAP) -> tuple[list[dict[str, 
     paused = set(Queue.objects.filter(paused=True).values_list("name", flat=True))
     rows = []
     for name in declared_queues(counts):
-        oldest = (
-            Job.objects.filter(state=State.QUEUED, queue=name, available_at__lte=now)
-            .order_by("available_at")
-            .values_list("available_at", flat=True)
-            .first()
-        )
         rows.append(
             {
                 "name": name,
                 "paused": name in paused,
                 **{s.value: counts.get(name, {}).get(s.value, 0) for s in State},
                 "capped": sorted(capped.get(name, ())),
-                "lag_seconds": round((now - oldest).total_seconds(), 3) if oldest else None,
+                "lag_seconds": lag_seconds(name, now),
             }
         )
     return rows, {state: w.as_dict() for state, w in windows.items()}
+
+
+def lag_seconds(queue: str, now: datetime.datetime, using: str | None = None) -> float | None:
+    """How long the oldest ``queued`` job of ``queue`` available at ``now`` has waited,
+    or None when none is: one probe of the ``(state, queue, available_at)`` index."""
+    oldest = (
+        Job.objects.using(using)
+        .filter(state=State.QUEUED, queue=queue, available_at__lte=now)
+        .order_by("available_at")
+        .values_list("available_at", flat=True)
+        .first()
+    )
+    return round((now - oldest).total_seconds(), 3) if oldest else None
 
 
 def completed_in_last_hour(now: datetime.datetime, cap: int = CAP) -> Window:

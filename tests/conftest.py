@@ -22,6 +22,19 @@ from durable_jobs.logging import JSONFormatter
 
 ROOT = Path(__file__).resolve().parent.parent
 
+#: A project's ``manage.py``, as ``startproject`` writes it, on the test settings: for
+#: tests that run ``python manage.py ...`` as an operator or a probe does.
+MANAGE_PY = """\
+import os
+import sys
+
+if __name__ == "__main__":
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.settings")
+    from django.core.management import execute_from_command_line
+
+    execute_from_command_line(sys.argv)
+"""
+
 
 def wait_for(predicate: Callable[[], Any], timeout: float = 30.0, interval: float = 0.05) -> Any:
     """Poll ``predicate`` until it returns something truthy; fail the test on timeout."""

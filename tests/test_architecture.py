@@ -62,10 +62,6 @@ LONG_MODULES = {
         500,
         "the models and their documented indexes; splitting them would scatter the schema",
     ),
-    "durable_jobs/management/commands/jobs.py": (
-        450,
-        "one command with a dozen subcommands, each a few lines",
-    ),
 }
 
 

@@ -12,7 +12,7 @@ guides use that is renamed or changes meaning fails here.
 and a Procfile. Their YAML must parse, their units must be well formed, every
 ``manage.py`` command line in them must parse with that command's own parser, each
 worker's stop timeout must leave room for its shutdown grace, and the Kubernetes
-liveness probe must tell a live worker from a stopped one.
+probes, run as the kubelet runs them, must tell a live worker from a stopped one.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import io
 import json
 import re
 import shlex
+import subprocess
 import sys
 import textwrap
 from collections.abc import Callable, Iterator
@@ -40,7 +41,7 @@ from django.contrib.sessions.backends.db import SessionStore
 from django.contrib.sessions.models import Session
 from django.core.cache import cache
 from django.core.checks import run_checks
-from django.core.management import call_command, get_commands, load_command_class
+from django.core.management import get_commands, load_command_class
 from django.utils import timezone
 
 from durable_jobs import Scheduler, registry
@@ -49,7 +50,7 @@ from durable_jobs.conf import DEFAULTS
 from durable_jobs.models import Job, Node
 from durable_jobs.schedules.sync import sync_schedules
 from durable_jobs.testing import assert_enqueued, drain, enqueued_jobs
-from tests.conftest import wait_for
+from tests.conftest import MANAGE_PY, WorkerProcesses, wait_for
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 #: What a supervisor must wait beyond the shutdown grace (docs/deployment/index.rst).
@@ -370,7 +371,7 @@ def test_yaml_blocks_parse() -> None:
 #: The sections and directives the units use, as systemd spells them (systemd.unit(5),
 #: systemd.service(5), systemd.exec(5), systemd.kill(5)).
 SYSTEMD_DIRECTIVES = {
-    "Unit": {"Description", "After", "Wants", "Requires", "Documentation"},
+    "Unit": {"Description", "After", "Wants", "Requires", "Documentation", "OnFailure"},
     "Service": {
         "Type",
         "User",
@@ -385,6 +386,7 @@ SYSTEMD_DIRECTIVES = {
         "Restart",
         "RestartSec",
     },
+    "Timer": {"OnCalendar", "Persistent"},
     "Install": {"WantedBy"},
 }
 
@@ -411,8 +413,8 @@ def parse_unit(block: Block) -> dict[str, dict[str, str]]:
     return sections
 
 
-def units() -> list[tuple[Block, dict[str, dict[str, str]]]]:
-    return [(b, parse_unit(b)) for b in deployment_blocks("ini") if b.caption.endswith(".service")]
+def units(suffix: str = ".service") -> list[tuple[Block, dict[str, dict[str, str]]]]:
+    return [(b, parse_unit(b)) for b in deployment_blocks("ini") if b.caption.endswith(suffix)]
 
 
 def test_parse_unit_refuses_a_misspelt_directive() -> None:
@@ -426,18 +428,35 @@ def test_systemd_units_are_well_formed() -> None:
     found = units()
 
     assert sorted(b.caption.rsplit("/", 1)[-1] for b, _ in found) == [
+        "durable-health.service",
         "durable-scheduler.service",
         "durable-worker-reports.service",
         "durable-worker@.service",
     ]
     for block, unit in found:
-        assert set(unit) == {"Unit", "Service", "Install"}, block.where
+        # A oneshot service is started by its timer: it has nothing to install.
+        oneshot = unit["Service"]["Type"] == "oneshot"
+        assert set(unit) == {"Unit", "Service"} | (set() if oneshot else {"Install"}), block.where
         assert unit["Service"]["ExecStart"].startswith("/"), block.where  # no shell
         assert unit["Service"].get("KillSignal", "SIGTERM") == "SIGTERM", block.where
 
 
+def test_every_oneshot_service_has_its_timer() -> None:
+    services = {b.caption: u for b, u in units() if u["Service"]["Type"] == "oneshot"}
+    timers = {b.caption: u for b, u in units(".timer")}
+
+    assert sorted(timers) == sorted(c.removesuffix(".service") + ".timer" for c in services)
+    for caption, timer in timers.items():
+        assert set(timer) == {"Unit", "Timer", "Install"}, caption
+        assert timer["Timer"]["OnCalendar"], caption
+        assert timer["Install"] == {"WantedBy": "timers.target"}, caption
+
+
 def manage_py(argv: list[str]) -> list[str] | None:
-    """The part of a command line after ``manage.py``, up to a shell operator."""
+    """The part of a command line after ``manage.py``, up to a shell operator; inside
+    ``sh -c "..."`` too."""
+    if argv[:2] == ["sh", "-c"]:
+        argv = shlex.split(argv[2])
     if "manage.py" not in argv:
         return None
     rest = argv[argv.index("manage.py") + 1 :]
@@ -468,9 +487,16 @@ def container_commands() -> Iterator[tuple[str, list[str], dict[str, Any]]]:
         for container in pod["containers"]:
             where = f"{block.where} {document['kind']} {document['metadata']['name']}"
             yield where, container["command"] + container.get("args", []), pod
-            probe = container.get("livenessProbe", {}).get("exec")
-            if probe:
-                yield f"{where} liveness probe", probe["command"], pod
+            for kind, probe in probes(container):
+                yield f"{where} {kind} probe", probe, pod
+
+
+def probes(container: dict[str, Any]) -> Iterator[tuple[str, list[str]]]:
+    """(liveness or readiness, its command) of each exec probe of a container."""
+    for kind in ("liveness", "readiness"):
+        probe = container.get(f"{kind}Probe", {}).get("exec")
+        if probe:
+            yield kind, probe["command"]
 
 
 def command_lines() -> list[tuple[str, list[str]]]:
@@ -510,7 +536,7 @@ def test_every_manage_py_command_line_parses() -> None:
     lines = command_lines()
 
     names = {argv[0] for _, argv in lines}
-    assert {"runworker", "schedules", "migrate", "jobs", "shell"} <= names
+    assert {"runworker", "schedules", "migrate", "jobs"} <= names
     for where, argv in lines:
         try:
             parse_command(argv)
@@ -519,8 +545,8 @@ def test_every_manage_py_command_line_parses() -> None:
 
 
 def test_parse_command_refuses_a_command_that_does_not_exist() -> None:
-    with pytest.raises(Exception, match="health"):
-        parse_command(["jobs", "health"])
+    with pytest.raises(Exception, match="frobnicate"):
+        parse_command(["jobs", "frobnicate"])
 
 
 def test_dockerfile_commands_are_in_exec_form() -> None:
@@ -567,31 +593,97 @@ def test_every_worker_is_given_time_to_hand_its_jobs_back() -> None:
         assert stop >= grace + HAND_BACK_SECONDS, f"{where}: stop timeout {stop}, grace {grace}"
 
 
+def probed_container() -> tuple[Block, dict[str, Any]]:
+    """The one container of the deployment pages with probes (the worker's), and its block."""
+    (found,) = [
+        (block, container)
+        for block, document in yaml_documents()
+        if "template" in document.get("spec", {})
+        for container in document["spec"]["template"]["spec"]["containers"]
+        if any(probes(container))
+    ]
+    return found
+
+
+def kubelet_expand(command: list[str], env: list[dict[str, Any]]) -> list[str]:
+    """``command`` as the kubelet runs an exec probe: ``$(VAR)`` replaced by the literal
+    ``value`` of the container's ``env`` entry ``VAR`` (an entry with ``valueFrom`` only
+    gives ""), kept as written when there is no such entry; ``$$`` is one ``$``
+    (Kubernetes' ``ExpandContainerCommandOnlyStatic``)."""
+    static = {entry["name"]: entry.get("value", "") for entry in env}
+
+    def expand(match: re.Match[str]) -> str:
+        if match[0] == "$$":
+            return "$"
+        return static.get(match[1], match[0])
+
+    return [re.sub(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_]*)\)", expand, arg) for arg in command]
+
+
+def test_kubelet_expand_leaves_downward_api_variables_empty() -> None:
+    env = [{"name": "POD_NAME", "valueFrom": {"fieldRef": {}}}, {"name": "MODE", "value": "x"}]
+
+    assert kubelet_expand(["--node", "$(POD_NAME)", "$(MODE)", "$(NONE)", "$$(MODE)"], env) == [
+        "--node",
+        "",
+        "x",
+        "$(NONE)",
+        "$(MODE)",
+    ]
+
+
 @pytest.mark.django_db(transaction=True)
-def test_the_liveness_probe_tells_a_live_worker_from_a_gone_one(
-    durable_worker: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+def test_the_probes_tell_a_live_worker_from_a_gone_one(
+    durable_worker: Callable[..., Any], tmp_path: Path
 ) -> None:
-    ((where, probe, _),) = [c for c in container_commands() if c[0].endswith("liveness probe")]
-    argv = manage_py(probe)
-    assert argv is not None, where
-    monkeypatch.setenv("POD_NAME", "shop-worker-7d9f8-x2x4q")
+    """Each probe of the Kubernetes page, run as the kubelet runs it: expanded, then
+    executed in the container's working directory (a project with manage.py), with the
+    pod's environment. Its exit status is the probe's result."""
+    pod_name = "shop-worker-7d9f8-x2x4q"
+    block, container = probed_container()
+    found = dict(probes(container))
+    assert set(found) == {"liveness", "readiness"}, block.where
+    (tmp_path / "manage.py").write_text(MANAGE_PY)
+    env = {
+        **WorkerProcesses(tmp_path).env(),
+        "DURABLE_JOBS_LOG_LEVEL": "WARNING",
+        "POD_NAME": pod_name,  # the downward API sets it in the container
+        # "python" is this interpreter, as in the image.
+        "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
+    }
 
-    def probe_exit_code() -> Any:
-        with pytest.raises(SystemExit) as exited:
-            call_command(*argv)
-        return exited.value.code
+    def probe_exit_codes() -> set[int]:
+        codes = set()
+        for kind, command in found.items():
+            argv = kubelet_expand(command, container["env"])
+            result = subprocess.run(
+                argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+            )
+            assert result.stderr == "", f"{block.where} {kind} probe: {result.stderr}"
+            codes.add(result.returncode)
+        return codes
 
-    worker = durable_worker("default:1", name="shop-worker-7d9f8-x2x4q")
-    assert probe_exit_code() == 0
+    worker = durable_worker("default:1", name=pod_name)
+    wait_for(lambda: Node.objects.filter(name=pod_name).exists())
+    assert probe_exit_codes() == {0}
 
     worker.stop()  # a clean stop deletes the node
-    wait_for(lambda: not Node.objects.filter(name="shop-worker-7d9f8-x2x4q").exists())
-    assert probe_exit_code() == 1
+    wait_for(lambda: not Node.objects.filter(name=pod_name).exists())
+    assert probe_exit_codes() == {1}
 
     # A node that stopped beating (a frozen or killed worker).
     Node.objects.create(
-        name="shop-worker-7d9f8-x2x4q",
-        pid=1,
-        last_heartbeat_at=timezone.now() - timedelta(minutes=5),
+        name=pod_name, pid=1, last_heartbeat_at=timezone.now() - timedelta(minutes=5)
     )
-    assert probe_exit_code() == 1
+    assert probe_exit_codes() == {1}
+
+
+def test_the_probe_written_without_a_shell_would_pass_an_empty_node_name() -> None:
+    """Why the probes go through sh: ``--node $(POD_NAME)`` reaches the command empty."""
+    _, container = probed_container()
+    argv = kubelet_expand(["python", "manage.py", "jobs", "health", "--node", "$(POD_NAME)"],
+                          container["env"])  # fmt: skip
+
+    assert argv[-2:] == ["--node", ""]
+    with pytest.raises(Exception, match=r"node name is empty.*through a shell"):
+        parse_command(manage_py(argv) or [])

@@ -6,10 +6,8 @@ every write goes through the state machine (:mod:`durable_jobs.actions`).
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import json
-import re
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -19,106 +17,25 @@ from django.db import OperationalError, ProgrammingError
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from durable_jobs import actions, overview, serializers, validate
+from durable_jobs import actions, health, overview, serializers
 from durable_jobs.flow import queues as flow_queues
 from durable_jobs.flow.why import explain
 from durable_jobs.lifecycle.states import State
-from durable_jobs.limits import BIGINT_MAX, MAX_PRUNE_DAYS
 from durable_jobs.maintenance.pruner import prune
+from durable_jobs.management.arguments import (
+    days_value,
+    id_value,
+    limit_value,
+    max_lag_value,
+    node_value,
+    queue_value,
+    since_value,
+    state_value,
+    text_value,
+)
 from durable_jobs.management.output import emit_json, printable_output, table
 from durable_jobs.management.progress import ProgressBar
 from durable_jobs.models import Batch, Job
-
-_DURATION = re.compile(r"^(\d+)([smhd])$")
-_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
-
-
-#: Ids are BigAutoFields: anything outside this range can match no row, and would make
-#: SQLite's driver raise OverflowError (PostgreSQL's: "bigint out of range") if queried.
-MAX_ID = BIGINT_MAX
-
-
-def since_value(text: str) -> datetime.datetime:
-    """``--since``: a duration back from now (``30m``, ``2h``, ``7d``) or an aware ISO time."""
-    problem = (
-        f"{text!r} is not a duration back from now (30m, 2h, 7d) or an aware ISO 8601 time "
-        "(2026-01-31T08:00:00+00:00)"
-    )
-    try:
-        match = _DURATION.match(text.strip())
-        if match:
-            return timezone.now() - datetime.timedelta(**{_UNITS[match[2]]: int(match[1])})
-        value = datetime.datetime.fromisoformat(text)
-        if timezone.is_naive(value):
-            raise argparse.ArgumentTypeError(f"{problem}: give the time's UTC offset")
-        value.astimezone(datetime.UTC)  # the database compares in UTC
-    # OverflowError: "99999999999d", or a time whose UTC falls outside years 1-9999.
-    except (ValueError, OverflowError):
-        raise argparse.ArgumentTypeError(problem) from None
-    return value
-
-
-def state_value(text: str) -> str:
-    try:
-        return State(text).value
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"unknown state {text!r}; states are {', '.join(State.values)}"
-        ) from None
-
-
-def id_value(text: str) -> int:
-    """A job or batch id: a whole number from 1 to :data:`MAX_ID`."""
-    try:
-        number = int(text)
-    except ValueError:
-        number = 0
-    if not 1 <= number <= MAX_ID:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an id: ids are whole numbers >= 1")
-    return number
-
-
-def limit_value(text: str) -> int:
-    try:
-        number = int(text)
-    except ValueError:
-        number = -1
-    if not 0 <= number <= MAX_ID:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of rows (0 or more)")
-    return number
-
-
-def text_value(text: str) -> str:
-    """A name to match: text the database can compare (argv may hold NUL-free but
-    undecodable bytes, which Python turns into lone surrogates)."""
-    problem = validate.text_problem(text)
-    if problem:
-        raise argparse.ArgumentTypeError(f"{text!r} is {problem}")
-    return text
-
-
-def queue_value(text: str) -> str:
-    """A queue to pause or resume: a name a queue can have (its row is created if need be)."""
-    text_value(text)
-    if not validate.is_queue_name(text):
-        raise argparse.ArgumentTypeError(
-            f"{text[:120]!r} is not a queue name: queue names are {validate.queue_name_rule()}"
-        )
-    return text
-
-
-def days_value(text: str) -> float:
-    try:
-        days = float(text)
-    except ValueError:
-        days = -1.0
-    # "not <=" also refuses NaN; a negative number would prune jobs finished "in the
-    # future", that is every finished job, which --days 0 says plainly if it is meant.
-    if not 0 <= days <= MAX_PRUNE_DAYS:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a number of days from 0 to {MAX_PRUNE_DAYS}"
-        )
-    return days
 
 
 class Command(BaseCommand):
@@ -182,6 +99,20 @@ class Command(BaseCommand):
         batches.add_argument("--open", action="store_true", help="Only unfinished batches.")
         batches.add_argument("--limit", type=limit_value, default=50)
         batches.add_argument("--json", action="store_true")
+        check = sub.add_parser(
+            "health",
+            help="Exit 0 if the database answers, a worker is live and no queue lags; else 1.",
+        )
+        check.add_argument(
+            "--max-lag",
+            type=max_lag_value,
+            metavar="SECONDS",
+            help="Also fail if a running queue's oldest available job waited longer.",
+        )
+        check.add_argument(
+            "--node", type=node_value, metavar="NAME", help="This node must be live (not any)."
+        )
+        check.add_argument("--json", action="store_true", help='One object: {"ok", "checks"}.')
 
     def handle(self, *args: Any, **options: Any) -> None:
         self.stdout = printable_output(self.stdout)
@@ -220,6 +151,19 @@ class Command(BaseCommand):
             f"attempts, failure rate {rate}.\n"
             f"Nodes: {len(nodes['live'])} live, {len(nodes['stale'])} stale."
         )
+
+    def do_health(self, options: dict[str, Any]) -> None:
+        report = health.run_checks(node=options["node"], max_lag=options["max_lag"])
+        if options["json"]:
+            emit_json(self.stdout, report.as_dict())
+        else:
+            for check in report.checks:
+                self.stdout.write(
+                    check.line(), self.style.SUCCESS if check.ok else self.style.ERROR
+                )
+            self.stdout.write(report.summary())
+        if not report.ok:
+            sys.exit(1)
 
     def do_list(self, options: dict[str, Any]) -> None:
         jobs = self.matching(options).select_related("leased_by").order_by("-pk")
