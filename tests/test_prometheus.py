@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import datetime
 import json
+import re
+import signal
 import socket
 import subprocess
 import sys
@@ -25,21 +27,24 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
-from prometheus_client import CollectorRegistry
+from prometheus_client import REGISTRY, CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.openmetrics.parser import (
     text_string_to_metric_families as openmetrics_families,
 )
 from prometheus_client.parser import text_string_to_metric_families
 
+from durable_jobs import enqueue_many
 from durable_jobs.contrib.prometheus.collector import NODES, DatabaseCollector
 from durable_jobs.contrib.prometheus.server import MetricsServer
 from durable_jobs.lifecycle.states import UNFINISHED
-from durable_jobs.models import Attempt, Job, Node
+from durable_jobs.maintenance.rescuer import rescue_expired
+from durable_jobs.models import Attempt, Job, Node, Outcome
 from durable_jobs.overview import FINISHED_WINDOW
 from durable_jobs.states import State
-from tests.conftest import ROOT, WorkerProcesses
-from tests.testapp import jobs
+from durable_jobs.testing import drain
+from tests.conftest import ROOT, WorkerProcesses, logs_of, wait_until
+from tests.testapp import jobs, tasks
 
 INSTALL = 'pip install "django-durable-jobs[prometheus]"'
 #: The content type of the text format, as prometheus_client answers without an Accept.
@@ -191,6 +196,103 @@ def test_metrics_public_opens_the_view(metrics_url: str, settings: Any) -> None:
     assert "durable_jobs_nodes" in parse(response.content.decode())
 
 
+# -- the process counters -------------------------------------------------------------------
+
+ATTEMPTS = "durable_jobs_attempts_total"
+DURATIONS = "durable_jobs_attempt_duration_seconds_count"
+ENQUEUED = "durable_jobs_enqueued_total"
+
+
+def process_samples() -> Samples:
+    """This process's samples on the default registry (the counters live there)."""
+    found: Samples = {}
+    for family in REGISTRY.collect():
+        for sample in family.samples:
+            found.setdefault(sample.name, {})[tuple(sorted(sample.labels.items()))] = sample.value
+    return found
+
+
+def increase(before: Samples, after: Samples, name: str) -> dict[tuple, float]:
+    """How much each series of ``name`` grew between two readings (unchanged ones left out)."""
+    old, new = before.get(name, {}), after.get(name, {})
+    return {key: value - old.get(key, 0) for key, value in new.items() if value != old.get(key, 0)}
+
+
+def rows_by(*fields: str, queryset: Any) -> dict[tuple, float]:
+    """Rows counted per value of ``fields``, keyed like a sample's sorted labels."""
+    counts = Counter(queryset.values_list(*fields))
+    return {
+        tuple(sorted(zip(labels_of(fields), key, strict=True))): float(n)
+        for key, n in counts.items()
+    }
+
+
+def labels_of(fields: tuple[str, ...]) -> list[str]:
+    return [field.removeprefix("job__") for field in fields]
+
+
+@pytest.mark.django_db
+def test_each_new_job_is_counted_once_by_the_process_that_enqueued_it() -> None:
+    before = process_samples()
+
+    jobs.add.delay(a=1)
+    enqueue_many([jobs.add.prepare(a=2), jobs.noop.prepare(), jobs.add.prepare(a=3)])
+    enqueue_many([jobs.add.using(queue="emails").prepare(a=4)])
+    first = jobs.add.using(idempotency_key="once").delay(a=5)
+    assert jobs.add.using(idempotency_key="once").delay(a=5).pk == first.pk  # not new
+    tasks.add.enqueue(1)  # the django.tasks backend
+    tasks.send_email.enqueue("ops@example.com")
+
+    assert Job.objects.count() == 8
+    assert increase(before, process_samples(), ENQUEUED) == rows_by(
+        "queue", "name", queryset=Job.objects.all()
+    )
+
+
+@pytest.mark.django_db
+def test_each_finished_attempt_is_counted_by_outcome_and_timed() -> None:
+    for i in range(3):
+        jobs.add.delay(a=i)
+    jobs.always_fails.delay()  # fails, and waits for its retry
+    jobs.snoozer.delay(seconds=3600)
+    jobs.canceller.delay()
+    jobs.discarder.using(queue="emails").delay()
+    before = process_samples()
+
+    assert drain() == {"completed": 3, "failed": 1, "snoozed": 1, "cancelled": 1, "discarded": 1}
+
+    after = process_samples()
+    attempts = Attempt.objects.all()
+    assert increase(before, after, ATTEMPTS) == rows_by(
+        "job__queue", "job__name", "outcome", queryset=attempts
+    )
+    assert increase(before, after, DURATIONS) == rows_by(
+        "job__queue", "job__name", queryset=attempts
+    )
+
+
+@pytest.mark.django_db
+def test_a_lost_attempt_is_counted_by_the_rescuer_and_not_timed() -> None:
+    job = jobs.add.delay(a=1)
+    crashed = Node.objects.create(name="crashed-node", pid=1)
+    Job.objects.filter(pk=job.pk).update(
+        state=State.LEASED,
+        attempts=1,
+        leased_by=crashed,
+        lease_token="00000000-0000-0000-0000-000000000001",
+        lease_expires_at=timezone.now() - datetime.timedelta(seconds=1),
+        attempted_at=timezone.now() - datetime.timedelta(minutes=10),
+    )
+    before = process_samples()
+
+    assert rescue_expired(node="rescuer") == 1
+
+    after = process_samples()
+    lost = labels(queue="default", name="tests.add", outcome=Outcome.LOST)
+    assert increase(before, after, ATTEMPTS) == {lost: 1}
+    assert increase(before, after, DURATIONS) == {}
+
+
 # -- the worker's metrics server ---------------------------------------------------------------
 
 
@@ -253,16 +355,186 @@ def run_manage(*args: str, prelude: str = "") -> subprocess.CompletedProcess[str
     )
 
 
-def run_python(script: str, prelude: str = "") -> subprocess.CompletedProcess[str]:
+def run_python(
+    script: str, prelude: str = "", env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     """``script`` in a fresh Python on the test settings and database, after ``prelude``."""
     return subprocess.run(
         [sys.executable, "-c", textwrap.dedent(prelude) + textwrap.dedent(script)],
         cwd=ROOT,
-        env=WorkerProcesses(ROOT).env(),
+        env={**WorkerProcesses(ROOT).env(), **(env or {})},
         capture_output=True,
         text=True,
         timeout=120,
     )
+
+
+# -- a real runworker, scraped over HTTP ------------------------------------------------------
+
+
+def metrics_url_of(workers: WorkerProcesses, proc: subprocess.Popen[bytes]) -> str:
+    """The URL a ``--metrics-port 0`` worker logged that it serves."""
+    found = wait_until(
+        lambda: re.search(r"serving metrics at (http://[^\s\"]+)", workers.log(proc)),
+        workers,
+        timeout=30,
+        alive=[proc],
+        what="the worker's metrics URL in its log",
+    )
+    return found.group(1)
+
+
+def worker_counters(url: str) -> tuple[dict[tuple, float], dict[tuple, float]]:
+    """The attempts counter and the duration histogram's counts a worker serves."""
+    status, _, body = get(url)
+    assert status == 200
+    found = parse(body)
+    return found.get(ATTEMPTS, {}), found.get(DURATIONS, {})
+
+
+@pytest.mark.subprocess
+@pytest.mark.timeout(150)
+@pytest.mark.django_db(transaction=True)
+def test_runworker_metrics_port_serves_counters_matching_the_attempts_it_ran(
+    worker_processes: WorkerProcesses,
+) -> None:
+    # A job whose worker died: the new worker's rescuer records its attempt as lost
+    # (its retries spent, it goes dead).
+    crashed = Node.objects.create(
+        name="crashed-node", pid=1, last_heartbeat_at=timezone.now() - datetime.timedelta(hours=1)
+    )
+    orphan = jobs.noop.delay()
+    Job.objects.filter(pk=orphan.pk).update(
+        state=State.LEASED,
+        attempts=1,
+        max_retries=0,
+        leased_by=crashed,
+        lease_token="00000000-0000-0000-0000-000000000001",
+        lease_expires_at=timezone.now() - datetime.timedelta(seconds=1),
+        attempted_at=timezone.now() - datetime.timedelta(minutes=10),
+    )
+    for i in range(3):
+        jobs.add.delay(a=i)  # completed
+    retried = jobs.fixed_backoff.delay()  # fails four times, 1 s and 2 s apart: dead
+    jobs.snoozer.delay(seconds=3600)  # snoozed once
+    jobs.canceller.delay()
+    jobs.discarder.using(queue="emails").delay()
+
+    proc = worker_processes.start("--queues", "default,emails", "--metrics-port", "0")
+    url = metrics_url_of(worker_processes, proc)
+    assert url.startswith("http://127.0.0.1:")
+    wait_until(
+        lambda: (
+            Attempt.objects.count() == 11
+            and Job.objects.filter(pk=retried.pk, state=State.DEAD).exists()
+        ),
+        worker_processes,
+        timeout=60,
+        alive=[proc],
+        what="every job's attempts recorded",
+    )
+    attempts = Attempt.objects.all()
+    expected = rows_by("job__queue", "job__name", "outcome", queryset=attempts)
+    timed = rows_by("job__queue", "job__name", queryset=attempts.exclude(outcome=Outcome.LOST))
+    # The counters follow each outcome's commit: wait for the last one to be counted.
+    wait_until(
+        lambda: worker_counters(url) == (expected, timed),
+        worker_processes,
+        timeout=10,
+        alive=[proc],
+        what=f"counters equal to the attempts {expected}, last served {worker_counters(url)}",
+    )
+
+    assert expected == {
+        labels(queue="default", name="tests.add", outcome="completed"): 3,
+        labels(queue="default", name="tests.fixed_backoff", outcome="failed"): 4,
+        labels(queue="default", name="tests.snoozer", outcome="snoozed"): 1,
+        labels(queue="default", name="tests.canceller", outcome="cancelled"): 1,
+        labels(queue="emails", name="tests.discarder", outcome="discarded"): 1,
+        labels(queue="default", name="tests.testapp.jobs.noop", outcome="lost"): 1,
+    }
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 0, logs_of(worker_processes, [proc])
+    # The server stopped with the worker.
+    with pytest.raises(urllib.error.URLError):
+        urllib.request.urlopen(url, timeout=5)
+
+
+# -- other processes -----------------------------------------------------------------------
+
+ENQUEUE_TWICE = """
+import django
+django.setup()
+from durable_jobs.contrib.prometheus import metrics
+from tests.testapp import jobs
+
+jobs.add.delay(a=1)
+jobs.add.using(queue="emails").delay(a=2)
+"""
+
+SCRAPE_THE_VIEW = """
+import django
+django.setup()
+from django.test import Client
+from django.test.utils import override_settings
+from django.conf import settings
+
+with override_settings(
+    ROOT_URLCONF="tests.prometheus_urls",
+    DURABLE_JOBS={**settings.DURABLE_JOBS, "METRICS_PUBLIC": True},
+):
+    print(Client().get("/metrics/").content.decode())
+"""
+
+
+@pytest.mark.subprocess
+@pytest.mark.django_db(transaction=True)
+def test_in_multiprocess_mode_the_view_sums_every_process_counters(tmp_path: Any) -> None:
+    directory = tmp_path / "prometheus"
+    directory.mkdir()
+    env = {"PROMETHEUS_MULTIPROC_DIR": str(directory)}
+    for _ in range(3):  # three web processes, say, each enqueuing two jobs
+        assert run_python(ENQUEUE_TWICE, env=env).returncode == 0
+
+    scraped = run_python(SCRAPE_THE_VIEW, env=env)
+
+    assert scraped.returncode == 0, scraped.stderr
+    found = parse(scraped.stdout)
+    assert found[ENQUEUED] == {
+        labels(queue="default", name="tests.add"): 3,
+        labels(queue="emails", name="tests.add"): 3,
+    }
+    # The database gauges come along, once.
+    assert found["durable_jobs_jobs"][labels(queue="emails", state="queued")] == 3
+
+
+def test_the_app_connects_the_counters_when_django_starts(tmp_path: Any) -> None:
+    (tmp_path / "with_prometheus_app.py").write_text(
+        "from tests.settings import *\n"
+        'INSTALLED_APPS = [*INSTALLED_APPS, "durable_jobs.contrib.prometheus"]\n'
+    )
+    result = run_python(
+        """
+        import sys
+        import django
+        django.setup()
+        from durable_jobs import signals
+        # Each receiver is listed under its (dispatch_uid, sender) key.
+        connected = signals.job_enqueued.receivers + signals.attempt_finished.receivers
+        print(sorted(key[0] for key, *_ in connected))
+        print("durable_jobs.contrib.prometheus.metrics" in sys.modules)
+        """,
+        env={
+            "DJANGO_SETTINGS_MODULE": "with_prometheus_app",
+            "PYTHONPATH": f"{ROOT}:{tmp_path}",
+        },
+    )
+
+    assert result.returncode == 0, result.stderr
+    receivers, imported = result.stdout.splitlines()[-2:]
+    assert "durable_jobs.prometheus.enqueued" in receivers
+    assert "durable_jobs.prometheus.attempts" in receivers
+    assert imported == "True"
 
 
 # -- without the extra ---------------------------------------------------------------------
@@ -327,3 +599,35 @@ def test_durable_jobs_and_a_worker_without_the_option_never_import_prometheus_cl
     assert json.loads(result.stdout.splitlines()[-1]) == []
     # The worker did run the jobs (and so sent its signals) in that process.
     assert Attempt.objects.filter(job_id__in=ids).count() == 2
+
+
+# -- the guide ---------------------------------------------------------------------------------
+
+
+def test_the_guide_names_only_real_metrics_and_its_yaml_parses() -> None:
+    import yaml
+
+    guide = (ROOT / "docs" / "howto" / "prometheus.rst").read_text()
+    blocks = re.findall(r"\.\. code-block:: yaml\n(?:   :\w+:.*\n)*\n((?:   .*\n|\n)+)", guide)
+    documents = [yaml.safe_load(textwrap.dedent(block)) for block in blocks]
+    exported = (
+        {family.name for family in DatabaseCollector().describe()}
+        | {  # what a worker's counters are called in the exposition
+            name.removesuffix("_total") for name in (ATTEMPTS, ENQUEUED)
+        }
+        | {"durable_jobs_attempt_duration_seconds"}
+    )
+
+    rules = next(d for d in documents if isinstance(d, dict) and "groups" in d)
+    used = {
+        re.sub(r"_(total|bucket|count|sum)$", "", name)
+        for group in rules["groups"]
+        for rule in group["rules"]
+        for name in re.findall(r"durable_jobs_\w+", rule["expr"])
+    }
+    tabled = set(re.findall(r"\* - ``(durable_jobs_\w+)``", guide))
+
+    assert len(documents) >= 5
+    assert used <= exported
+    assert {"durable_jobs_queue_lag_seconds", "durable_jobs_jobs", "durable_jobs_nodes"} <= used
+    assert {re.sub(r"_total$", "", name) for name in tabled} == exported

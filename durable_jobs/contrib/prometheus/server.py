@@ -19,6 +19,9 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 from prometheus_client import REGISTRY, make_wsgi_app
 from prometheus_client.registry import Collector
 
+# Importing the counters connects them to durable_jobs' signals, before the worker starts.
+from durable_jobs.contrib.prometheus import metrics as counters  # noqa: F401
+
 PATH = "/metrics"
 
 

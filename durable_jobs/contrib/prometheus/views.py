@@ -27,7 +27,11 @@ from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
 from durable_jobs.conf import get_settings
+from durable_jobs.contrib.prometheus import metrics as counters  # noqa: F401
 from durable_jobs.contrib.prometheus.collector import DatabaseCollector
+
+# Importing the counters connects them to durable_jobs' signals: the URLconf that routes
+# this view does so before the web process serves its first request.
 
 
 class Chain:
@@ -77,8 +81,9 @@ def metrics(request: HttpRequest) -> HttpResponse:
     """Prometheus metrics for staff users, or for anyone with ``METRICS_PUBLIC``."""
     if not may_read(request):
         return HttpResponseForbidden(
-            "Metrics are for staff users. Log the scraper in as one, or set "
-            'DURABLE_JOBS["METRICS_PUBLIC"] = True and restrict who reaches this URL.',
+            "Metrics are for staff users. For a scraper, set "
+            'DURABLE_JOBS["METRICS_PUBLIC"] = True where only it reaches this URL, or route '
+            "a view of your own that checks its credentials and returns metrics_response().",
             content_type="text/plain; charset=utf-8",
         )
     return metrics_response(request)
