@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import OperationalError, ProgrammingError
 
@@ -16,6 +18,9 @@ from durable_jobs.limits import MAX_SECONDS
 from durable_jobs.worker import Worker
 from durable_jobs.worker.config import parse_queue_spec
 from durable_jobs.worker.node import NodeNameTaken
+
+if TYPE_CHECKING:
+    from durable_jobs.contrib.prometheus.server import MetricsServer
 
 
 def positive_float(value: str) -> float:
@@ -41,6 +46,14 @@ def positive_int(value: str) -> int:
     if number <= 0:
         raise ValueError(value)
     return number
+
+
+def port_number(value: str) -> int:
+    if not value.isdigit() or int(value) > 65535:
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not a port number from 1 to 65535 (or 0 for a free one)"
+        )
+    return int(value)
 
 
 class Command(BaseCommand):
@@ -92,6 +105,19 @@ class Command(BaseCommand):
             action="store_true",
             help="Do not run the schedule heartbeat in this worker.",
         )
+        parser.add_argument(
+            "--metrics-port",
+            type=port_number,
+            default=None,
+            help="Serve this process's Prometheus metrics at http://HOST:PORT/metrics "
+            '(needs pip install "django-durable-jobs[prometheus]"; 0 picks a free port).',
+        )
+        parser.add_argument(
+            "--metrics-host",
+            default=None,
+            help="The address the metrics server binds (default: 127.0.0.1; 0.0.0.0 for every "
+            "interface).",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:
@@ -113,6 +139,9 @@ class Command(BaseCommand):
             rates=rates,
         )
         worker.install_signal_handlers()
+        # Bound before the worker starts: no attempt goes uncounted, and a taken port
+        # fails here rather than leaving a worker nobody can scrape.
+        metrics = _metrics_server(options["metrics_port"], options["metrics_host"])
         try:
             code = worker.run()
         except NodeNameTaken as exc:
@@ -124,8 +153,38 @@ class Command(BaseCommand):
                 f"The worker could not start: {exc}. Is the database reachable, and has "
                 "`manage.py migrate` been run for durable_jobs?"
             ) from None
+        finally:
+            if metrics is not None:
+                metrics.close()
         if code:
             sys.exit(code)
+
+
+def _metrics_server(port: int | None, host: str | None) -> MetricsServer | None:
+    """Start ``--metrics-port``'s server; None when the option is not given."""
+    if port is None:
+        if host is not None:
+            raise CommandError("--metrics-host needs --metrics-port")
+        return None
+    host = "127.0.0.1" if host is None else host
+    try:
+        # Imported only when asked for: without the option, prometheus_client never is.
+        from durable_jobs.contrib.prometheus.server import MetricsServer
+    except ImproperlyConfigured as exc:
+        raise CommandError(f"--metrics-port: {exc}") from None
+    try:
+        server = MetricsServer(port, host)
+    except OSError as exc:
+        problem = (
+            "the address is already in use; choose another port"
+            if exc.errno == errno.EADDRINUSE
+            else f"{exc.strerror or exc}"
+        )
+        raise CommandError(
+            f"--metrics-port {port}: cannot serve metrics on {host}:{port}: {problem}"
+        ) from None
+    logging.getLogger("durable_jobs.worker").info("serving metrics at %s", server.url)
+    return server
 
 
 def _ensure_log_output(verbosity: int) -> None:
