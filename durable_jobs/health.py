@@ -231,10 +231,10 @@ def check_queues(max_lag: float, alias: str, now: datetime.datetime) -> list[Hea
             detail = f"paused, so its lag ({lag:.0f} s) is not held to the maximum"
             checks.append(HealthCheck(label, True, detail, figures))
         elif lag > max_lag:
-            detail = f"lag {lag:.0f} s exceeds the maximum lag of {max_lag:g} s"
+            detail = f"lag {lag_text(lag, max_lag)} s exceeds the maximum lag of {max_lag:g} s"
             checks.append(HealthCheck(label, False, detail, figures))
         else:
-            detail = f"lag {lag:.0f} s, within the maximum lag of {max_lag:g} s"
+            detail = f"lag {lag_text(lag, max_lag)} s, within the maximum lag of {max_lag:g} s"
             checks.append(HealthCheck(label, True, detail, figures))
     return checks
 
@@ -253,6 +253,13 @@ def where(alias: str) -> str:
 def one_line(exc: BaseException) -> str:
     """A driver's message on one line (psycopg's run over several)."""
     return " ".join(str(exc).split()) or type(exc).__name__
+
+
+def lag_text(lag: float, max_lag: float) -> str:
+    """Whole seconds, unless they would read as the maximum itself ("lag 300 s exceeds
+    the maximum lag of 300 s" for 300.4 s): then to the millisecond."""
+    whole = f"{lag:.0f}"
+    return f"{lag:.3f}" if whole == f"{max_lag:g}" else whole
 
 
 def ago(now: datetime.datetime, then: datetime.datetime) -> str:

@@ -264,6 +264,23 @@ def test_max_lag_fails_a_queue_whose_oldest_job_waited_longer() -> None:
 
 
 @pytest.mark.django_db
+def test_a_lag_just_past_the_maximum_does_not_read_as_the_maximum() -> None:
+    node("worker-1")
+    job = waiting_since(0, "emails")
+    job.refresh_from_db()
+    now = job.available_at + timedelta(seconds=300.4)
+
+    report = health.run_checks(max_lag=300, now=now)
+
+    (emails,) = [c for c in report.checks if c.name == "queue emails"]
+    assert (emails.ok, emails.detail) == (False, "lag 300.400 s exceeds the maximum lag of 300 s")
+    (emails,) = [
+        c for c in health.run_checks(max_lag=301, now=now).checks if c.name == "queue emails"
+    ]
+    assert (emails.ok, emails.detail) == (True, "lag 300 s, within the maximum lag of 301 s")
+
+
+@pytest.mark.django_db
 def test_a_paused_queue_is_not_held_to_the_maximum_lag() -> None:
     node("worker-1")
     waiting_since(900, "emails")
