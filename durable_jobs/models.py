@@ -371,6 +371,9 @@ class Attempt(models.Model):
         ordering = ["job_id", "id"]
         indexes = [
             models.Index(fields=["job", "number"], name="durable_attempt_job_idx"),
+            # The overview's per-handler history: the newest attempts, whatever their
+            # outcome (finish times grow as rows are written: inserts hit the last page).
+            models.Index(fields=["finished_at"], name="durable_attempt_finished_idx"),
             # Error groups and the failure rate read the newest failures only: partial,
             # so successful attempts (the many) cost it nothing. Queries reach it with
             # outcome__in_constants (see durable_jobs.db.lookups) for SQLite's sake.

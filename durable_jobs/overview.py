@@ -11,14 +11,15 @@ index entries per figure, however large the tables grow:
   newest ``cap`` and says so (``since`` moves, ``capped`` is true);
 - throughput and the failure rate use the same windows (the last hour), failures
   through a partial index over failed attempts only;
-- a queue's lag is one probe of the ``(state, queue, available_at)`` index.
+- a queue's lag is one probe of the ``(state, queue, available_at)`` index;
+- the per-handler history (:mod:`durable_jobs.history`) reads the last 24 hours of
+  attempts through the index on their ``finished_at``, narrowed the same way.
 """
 
 from __future__ import annotations
 
 import datetime
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
 
 from django.db import connections
@@ -27,47 +28,15 @@ from django.db.models.functions import TruncMinute
 from django.utils import timezone
 
 from durable_jobs.flow.queues import declared
+from durable_jobs.history import handler_history
 from durable_jobs.lifecycle.states import FINAL, UNFINISHED, State
 from durable_jobs.models import FAILED_OUTCOMES, Attempt, Job, Node, Queue
 from durable_jobs.serializers import iso
+from durable_jobs.windows import CAP, Window
 
-#: The most index entries one figure reads.
-CAP = 100_000
 #: Finished jobs and error groups are counted over this recent window.
 FINISHED_WINDOW = datetime.timedelta(hours=24)
 ERROR_GROUPS = 10
-
-
-@dataclass(frozen=True)
-class Window:
-    """A recent time window over rows ordered by ``field``, narrowed to the newest ``cap``."""
-
-    field: str
-    since: datetime.datetime
-    capped: bool
-
-    @classmethod
-    def newest(
-        cls, rows: QuerySet[Any], field: str, since: datetime.datetime, cap: int = CAP
-    ) -> Window:
-        # The (cap + 1)-th newest row, read through the index in descending order: when
-        # it exists, the window starts just after it and holds at most ``cap`` rows.
-        beyond = (
-            rows.filter(**{f"{field}__gte": since})
-            .order_by(f"-{field}")
-            .values_list(field, flat=True)[cap : cap + 1]
-        )
-        boundary = next(iter(beyond), None)
-        if boundary is None:
-            return cls(field, since, capped=False)
-        return cls(field, boundary, capped=True)
-
-    def rows(self, rows: QuerySet[Any]) -> QuerySet[Any]:
-        lookup = "gt" if self.capped else "gte"
-        return rows.filter(**{f"{self.field}__{lookup}": self.since})
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"since": iso(self.since), "capped": self.capped}
 
 
 def per_queue(rows: QuerySet[Job], cap: int = CAP) -> tuple[dict[str, int], set[str]]:
@@ -320,4 +289,5 @@ def overview(now: datetime.datetime | None = None, cap: int = CAP) -> dict[str, 
         "failure_rate": failure_rate(now, cap, completed),
         "nodes": nodes(now),
         "errors": error_groups(now - FINISHED_WINDOW, ERROR_GROUPS, cap),
+        "history": handler_history(now - FINISHED_WINDOW, cap),
     }

@@ -47,6 +47,7 @@ ATTEMPT_KEYS = {
 }  # fmt: skip
 OVERVIEW_KEYS = {
     "generated_at", "queues", "finished_windows", "throughput", "failure_rate", "nodes", "errors",
+    "history",
 }  # fmt: skip
 QUEUE_KEYS = {
     "name", "paused", "paused_at", "rate", "global_concurrency", "waiting", "leased",
@@ -155,7 +156,16 @@ def test_stats_prints_the_overview_as_json_and_as_an_aligned_table() -> None:
     assert (table["emails"]["LEASED"], table["emails"]["LAG"]) == ("1", "-")
     assert table["webhooks"]["STATUS"] == "paused"
     assert "Last hour: 1 completed (peak 1/min), 2 failed attempts, failure rate 66.7%." in text
-    assert text.rstrip().endswith("Nodes: 1 live, 1 stale.")
+    assert "Nodes: 1 live, 1 stale.\n\nAttempts per handler, last 24 hours:" in text
+    history = text.split("Attempts per handler, last 24 hours:\n")[1]
+    handlers = parse_table(history, ["HANDLER", "ATTEMPTS", "FAILED", "P50", "P95"])
+    assert {(h["HANDLER"], h["ATTEMPTS"], h["FAILED"]) for h in handlers} == {
+        ("tests.add", "1", "0"),
+        ("tests.always_fails", "1", "1"),
+        ("tests.canceller", "1", "0"),
+        ("tests.discarder", "1", "1"),  # discarded: a failure, as in the failure rate
+    }
+    assert all(h["P50"].endswith("ms") and h["P95"].endswith("ms") for h in handlers)
 
 
 def test_list_filters_and_prints_documented_json_and_an_aligned_table() -> None:

@@ -16,7 +16,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
-from durable_jobs import overview
+from durable_jobs import history, overview
 from durable_jobs.flow import queues
 from durable_jobs.models import Attempt, Job, Node, Outcome
 from durable_jobs.states import State
@@ -257,11 +257,19 @@ def test_the_number_of_queries_does_not_grow_with_the_rows(admin_client) -> None
     now = timezone.now()
     finished_jobs(now, [1])
     jobs.add.delay(a=1)
+    jobs.always_fails.delay()
+    drain()  # an error group (its job is read by a second query) and two handlers' attempts
+    jobs.add.delay(a=1)
     few = queries()
     finished_jobs(now, list(range(1, 300)))
     finished_jobs(now, list(range(1, 100)), state=State.DEAD)
     for n in range(50):
         jobs.add.delay(a=n)
+    # More handlers with more attempts: the history is still read by the same queries.
+    jobs.flaky.delay(fail_times=1)
+    jobs.record.delay(label="x")
+    drain(with_scheduled=True)
+    assert len(admin_client.get(OVERVIEW).context["handlers"]) == 4
     assert queries() == few
 
 
@@ -304,6 +312,37 @@ def test_no_figure_reads_a_whole_table(table: str) -> None:
         else:
             # SEARCH walks an index range; SCAN of the table (or of a whole index) does not.
             assert f"SCAN {table}" not in plan, f"{sql}\n{plan}"
+
+
+def test_the_handler_history_reads_the_attempts_index_and_probes_jobs_by_key() -> None:
+    jobs.always_fails.delay()
+    jobs.add.delay(a=1)
+    drain(with_scheduled=True)
+    statements: list[tuple[str, Any]] = []
+
+    def capture(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        statements.append((sql, params))
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(capture):
+        figure = history.handler_history(timezone.now() - overview.FINISHED_WINDOW, cap=50)
+    assert {row["name"] for row in figure["handlers"]} == {"tests.add", "tests.always_fails"}
+
+    # The window's edge, then the ranking: two statements however many handlers.
+    assert len(statements) == 2
+    for sql, params in statements:
+        plan = plan_of(sql, params)
+        assert "durable_attempt_finished_idx" in plan, f"{sql}\n{plan}"
+        # Every read is cut at the cap (+ 1 for the window's edge).
+        assert "LIMIT" in sql, sql
+        if connection.vendor == "postgresql":
+            assert "Seq Scan" not in plan, f"{sql}\n{plan}"
+        else:
+            assert "SCAN durable_jobs_attempt" not in plan, f"{sql}\n{plan}"
+            assert "SCAN U0" not in plan, f"{sql}\n{plan}"
+    ranking = plan_of(*statements[1])
+    job_by_key = "durable_jobs_job_pkey" if connection.vendor == "postgresql" else "PRIMARY KEY"
+    assert job_by_key in ranking, ranking
 
 
 def test_in_constants_refuses_anything_but_short_identifiers() -> None:

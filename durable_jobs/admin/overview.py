@@ -1,4 +1,5 @@
-"""The overview page: queues, throughput, failure rate, lag, nodes and error groups.
+"""The overview page: queues, throughput, failure rate, lag, nodes, error groups and
+the handlers' recent history.
 
 Registered on the ``Overview`` proxy model so that the admin index links to it; it
 needs only the permission to view jobs. Every figure comes from
@@ -39,6 +40,9 @@ def job_list(**filters: Any) -> str:
 
 @admin.register(Overview)
 class OverviewAdmin(admin.ModelAdmin):
+    #: The most index entries each figure reads (see :mod:`durable_jobs.overview`).
+    cap = overview.CAP
+
     def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         user = request.user
         return user.has_perm("durable_jobs.view_job") or user.has_perm("durable_jobs.change_job")
@@ -62,7 +66,7 @@ class OverviewAdmin(admin.ModelAdmin):
     ) -> HttpResponse:
         if not self.has_view_permission(request):
             raise PermissionDenied
-        data = overview.overview()
+        data = overview.overview(cap=self.cap)
         context = {
             **self.admin_site.each_context(request),
             "title": gettext("Jobs overview"),
@@ -90,6 +94,10 @@ class OverviewAdmin(admin.ModelAdmin):
                     "jobs_url": job_list(error=group["example_attempt"]),
                 }
                 for group in data["errors"]["groups"]
+            ],
+            "handlers": [
+                {**row, "jobs_url": job_list(name=row["name"])}
+                for row in data["history"]["handlers"]
             ],
             "nodes": [
                 self.node_row(node, stale=group == "stale")

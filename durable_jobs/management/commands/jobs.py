@@ -151,6 +151,12 @@ class Command(BaseCommand):
             f"attempts, failure rate {rate}.\n"
             f"Nodes: {len(nodes['live'])} live, {len(nodes['stale'])} stale."
         )
+        history = data["history"]
+        since = f" (only the newest, since {history['since']})" if history["capped"] else ""
+        self.stdout.write(f"\nAttempts per handler, last 24 hours{since}:")
+        rows = [[h["name"], str(h["attempts"]), str(h["failed"]), f"{h['p50_ms']:g}ms",
+                 f"{h['p95_ms']:g}ms"] for h in history["handlers"]]  # fmt: skip
+        table(self.stdout, ["HANDLER", "ATTEMPTS", "FAILED", "P50", "P95"], rows)
 
     def do_health(self, options: dict[str, Any]) -> None:
         report = health.run_checks(node=options["node"], max_lag=options["max_lag"])
