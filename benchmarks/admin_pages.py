@@ -353,12 +353,14 @@ def job_columns(layout: Layout, dialect: Dialect, ref: int, node_ids: list[int])
 
 
 def attempt_columns(dialect: Dialect) -> dict[str, str]:
-    """Column -> SQL expression over ``kind`` (k), ``nums`` (nu) and ``errors`` (er)."""
+    """Column -> SQL expression over ``kind`` (k), ``nums`` (nu), ``handlers`` (hd) and
+    ``errors`` (er)."""
     started = f"k.c + k.wait + (nu.n - 1) * {10 * SECOND}"
     failed = "k.state <> 'completed'"
     return {
         "job_id": "k.i",
         "number": "nu.n",
+        "name": "hd.hname",
         "node": f"'worker-' || (1 + k.i % {NODES})",
         "started_at": dialect.ts(started),
         "finished_at": dialect.ts(f"{started} + k.dur"),
@@ -505,7 +507,7 @@ def insert_jobs_and_attempts(
         f"{ctes} INSERT INTO {quote(Attempt._meta.db_table)} "
         f"({', '.join(quote(c) for c in columns)}) "
         f"SELECT {', '.join(columns.values())} FROM kind k CROSS JOIN nums nu "
-        "JOIN errors er ON er.eidx = k.e "
+        "JOIN handlers hd ON hd.hidx = k.hn JOIN errors er ON er.eidx = k.e "
         "WHERE nu.n <= k.na AND k.state IN ('completed', 'dead', 'retrying')",
     )
     # The ids were written explicitly: move the sequences past them.

@@ -3,8 +3,8 @@
 Read like every figure of the overview (:mod:`durable_jobs.overview`), with a bounded
 cost: the attempts finished in the window (the last 24 hours), through the index on
 ``Attempt.finished_at``, narrowed to the newest ``cap`` when the window holds more
-(:class:`~durable_jobs.windows.Window`, which then says so). Each attempt's handler is
-its job's name, read by primary key, one probe per attempt.
+(:class:`~durable_jobs.windows.Window`, which then says so). Each attempt row carries
+its handler's name, so no job row is read.
 
 Durations are summarised by percentiles of the **nearest-rank** kind: the p-th
 percentile of n durations is the ``ceil(p * n / 100)``-th smallest of them, so it is
@@ -21,7 +21,7 @@ import math
 from typing import Any
 
 from django.db import connections
-from django.db.models import Case, IntegerField, OuterRef, Subquery, Value, When
+from django.db.models import Case, F, IntegerField, OuterRef, Subquery, Value, When
 
 from durable_jobs.models import FAILED_OUTCOMES, Attempt, Job
 from durable_jobs.windows import CAP, Window
@@ -57,11 +57,12 @@ def handler_history(since: datetime.datetime, cap: int = CAP) -> dict[str, Any]:
     their outcome; the busiest handler first."""
     attempts = Attempt.objects.all()
     window = Window.newest(attempts, "finished_at", since, cap)
-    # The name by a correlated primary-key probe rather than a join: a join leaves the
-    # planner free to hash the whole job table, which it may well estimate cheaper than
-    # tens of thousands of probes. The LIMIT restates the bound, and keeps SQLite from
-    # flattening this read into the ranking below.
-    name = Job.objects.filter(pk=OuterRef("job_id")).order_by().values("name")
+    # Each attempt carries its handler's name. Attempts written before it did (by an
+    # older version) take their job's, by a correlated primary-key probe rather than a
+    # join: a join leaves the planner free to hash the whole job table. CASE evaluates
+    # the probe only for those rows.
+    from_job = Job.objects.filter(pk=OuterRef("job_id")).order_by().values("name")[:1]
+    name = Case(When(name="", then=Subquery(from_job)), default=F("name"))
     failure = Case(
         When(outcome__in=FAILED_OUTCOMES, then=Value(1)),
         default=Value(0),
@@ -70,7 +71,7 @@ def handler_history(since: datetime.datetime, cap: int = CAP) -> dict[str, Any]:
     read = (
         window.rows(attempts)
         .order_by()
-        .annotate(handler=Subquery(name), failure=failure)
+        .annotate(handler=name, failure=failure)
         .values("handler", "duration", "failure")[:cap]
     )
     sql, params = read.query.get_compiler(using=read.db).as_sql()

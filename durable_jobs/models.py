@@ -350,6 +350,8 @@ class Attempt(models.Model):
         Job, verbose_name=_("job"), on_delete=models.CASCADE, related_name="attempt_set"
     )
     number = models.PositiveIntegerField(_("number"))
+    # The job's handler, copied: the overview's history per handler then reads no job row.
+    name = models.CharField(_("name"), max_length=255, blank=True, default="")
     # The node's name, as text: Node rows go when their process stops, the history stays.
     node = models.CharField(_("node"), max_length=100, blank=True, default="")
     started_at = models.DateTimeField(_("started at"))

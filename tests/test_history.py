@@ -38,9 +38,11 @@ def attempts(
     finished_at: datetime.datetime,
     outcomes: list[str] | None = None,
     spacing: datetime.timedelta = datetime.timedelta(seconds=1),
+    named: bool = True,
 ) -> list[Attempt]:
     """Attempts of one job of handler ``name``, one per duration, the last finished at
-    ``finished_at`` and each earlier one ``spacing`` before the next."""
+    ``finished_at`` and each earlier one ``spacing`` before the next; ``named=False``
+    leaves the attempts' own ``name`` empty, as versions before it wrote them."""
     job = Job.objects.create(name=name, state=State.COMPLETED, finished_at=finished_at)
     outcomes = outcomes or [Outcome.COMPLETED] * len(durations_ms)
     rows = []
@@ -51,6 +53,7 @@ def attempts(
             Attempt(
                 job=job,
                 number=number,
+                name=name if named else "",
                 started_at=finished - duration,
                 finished_at=finished,
                 duration=duration,
@@ -184,6 +187,24 @@ def test_attempts_the_worker_wrote_are_counted_with_their_durations() -> None:
     )
     assert rows["tests.add"]["p50_ms"] == recorded[1]
     assert rows["tests.add"]["p95_ms"] == recorded[2]
+    # The worker copied each job's handler name onto its attempts.
+    assert set(Attempt.objects.values_list("job__name", "name")) == {
+        ("tests.add", "tests.add"),
+        ("tests.always_fails", "tests.always_fails"),
+    }
+
+
+def test_attempts_without_their_own_name_take_their_jobs() -> None:
+    now = timezone.now()
+    attempts("tests.add", [10, 20], finished_at=now)
+    attempts("tests.add", [30], finished_at=now, named=False)
+    attempts("tests.old", [5], finished_at=now, named=False)
+
+    rows = by_name(history.handler_history(now - DAY))
+
+    assert rows["tests.add"]["attempts"] == 3
+    assert rows["tests.add"]["p95_ms"] == 30
+    assert rows["tests.old"]["attempts"] == 1
 
 
 def test_no_attempts_no_handlers() -> None:

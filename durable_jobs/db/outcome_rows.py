@@ -43,6 +43,7 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("error_message", "text"),
     ("traceback", "text"),
     ("log", "text"),
+    ("name", "text"),
 )
 
 #: The attempt columns an outcome inserts, and the row column each comes from.
@@ -58,6 +59,7 @@ ATTEMPT_COLUMNS: tuple[tuple[str, str], ...] = (
     ("error_message", "error_message"),
     ("traceback", "traceback"),
     ("log", "log"),
+    ("name", "name"),
 )
 
 #: Writes a timestamp as the database reads it from JSON text.
@@ -98,6 +100,7 @@ def encode(settlements: Sequence[Settlement], time: TimeFormat, token: TokenForm
                 attempt.error_message,
                 attempt.traceback,
                 attempt.log,
+                attempt.name,
             )
         )
     return json.dumps(rows)

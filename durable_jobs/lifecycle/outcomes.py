@@ -95,6 +95,7 @@ def decide(result: RunResult, *, node: str) -> Settlement:
         Attempt,
         job_id=job.pk,
         number=job.attempts,
+        name=job.name,
         node=node,
         started_at=result.started_at,
         finished_at=result.finished_at,
