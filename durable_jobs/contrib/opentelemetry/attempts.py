@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-import time
 from collections.abc import Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -27,7 +26,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 from durable_jobs.contrib.opentelemetry import semconv
 from durable_jobs.contrib.opentelemetry.propagation import context_from
 from durable_jobs.exceptions import Cancel, Discard, JobTimeout, PayloadMismatch, Snooze
-from durable_jobs.worker.pool import Interrupted
+from durable_jobs.worker.pool import Interrupted, TimedOut
 
 if TYPE_CHECKING:
     from durable_jobs.context import JobContext
@@ -77,7 +76,6 @@ class TracedAttempt:
         )
         # The parent context also brings the enqueue's baggage to the handler.
         self.context = trace.set_span_in_context(self.span, parent)
-        self.started = time.monotonic()
 
     @contextlib.contextmanager
     def current(self) -> Iterator[None]:
@@ -102,7 +100,7 @@ class TracedAttempt:
     def end(self, exc: BaseException | None) -> None:
         span = self.span
         try:
-            outcome, error = outcome_of(exc, self.job, time.monotonic() - self.started)
+            outcome, error = outcome_of(exc, self.job)
             span.set_attribute(semconv.OUTCOME, outcome)
             if isinstance(exc, Snooze):
                 span.set_attribute(semconv.SNOOZE_SECONDS, exc.seconds)
@@ -113,9 +111,7 @@ class TracedAttempt:
             span.end()
 
 
-def outcome_of(
-    exc: BaseException | None, job: Job, elapsed: float
-) -> tuple[str, BaseException | None]:
+def outcome_of(exc: BaseException | None, job: Job) -> tuple[str, BaseException | None]:
     """``(outcome, error)``: how the attempt ended, named as ``Outcome`` names it, and the
     error to record on its span."""
     if exc is None:
@@ -128,14 +124,10 @@ def outcome_of(
         return "discarded", exc
     if isinstance(exc, JobTimeout):
         return "timed_out", exc
+    if isinstance(exc, TimedOut):
+        # A sync handler stopped by its worker at its timeout: the error the attempt records.
+        timeout = job.timeout or 0
+        return "timed_out", JobTimeout(f"the job ran longer than its timeout of {timeout:g}s")
     if isinstance(exc, Interrupted):
-        return interrupted_outcome(job, elapsed)
+        return "interrupted", None  # handed back by a stopping worker: not a failure
     return "failed", exc
-
-
-def interrupted_outcome(job: Job, elapsed: float) -> tuple[str, BaseException | None]:
-    """A sync handler stopped by its worker: past its timeout, or handed back by a
-    stopping worker (not a failure)."""
-    if job.timeout and elapsed >= job.timeout:
-        return "timed_out", JobTimeout(f"the job ran longer than its timeout of {job.timeout:g}s")
-    return "interrupted", None
