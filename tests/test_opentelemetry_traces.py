@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from django.apps import apps
 from django.db import transaction
 from django.db.transaction import TransactionManagementError
 from django.test import AsyncClient, Client, override_settings
@@ -21,7 +22,6 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, StatusCode
 
 from durable_jobs import enqueue, hooks
-from durable_jobs.apps import DurableJobsConfig
 from durable_jobs.contrib import opentelemetry as job_tracing
 from durable_jobs.models import Attempt, Job
 from durable_jobs.states import State
@@ -34,7 +34,6 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.urls("tests.o
 @pytest.fixture
 def provider() -> Iterator[TracerProvider]:
     provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(InMemorySpanExporter()))
     yield provider
     provider.shutdown()
 
@@ -333,7 +332,7 @@ def test_tracing_off_adds_nothing(durable_worker) -> None:
 
 
 def test_the_setting_installs_tracing_when_django_starts() -> None:
-    config = DurableJobsConfig.create("durable_jobs")
+    config = apps.get_app_config("durable_jobs")
     try:
         with override_settings(DURABLE_JOBS={"OPENTELEMETRY": True}):
             config.install_tracing()
@@ -353,7 +352,7 @@ def test_the_setting_installs_tracing_when_django_starts() -> None:
 def test_the_setting_without_the_api_installs_nothing_and_says_why(monkeypatch, caplog) -> None:
     monkeypatch.setitem(sys.modules, "opentelemetry.trace", None)
     with override_settings(DURABLE_JOBS={"OPENTELEMETRY": True}):
-        DurableJobsConfig.create("durable_jobs").install_tracing()
+        apps.get_app_config("durable_jobs").install_tracing()
     assert not job_tracing.installed()
     assert "OpenTelemetry tracing is off: OPENTELEMETRY is True, but opentelemetry-api" in (
         caplog.text

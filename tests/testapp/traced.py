@@ -19,22 +19,22 @@ from durable_jobs.registry import get_handler
 from tests.testapp import tasks
 
 
-def current_span() -> dict[str, str | None]:
+def current_span() -> dict[str, object]:
     ids = trace.get_current_span().get_span_context()
     return {
         "trace_id": f"{ids.trace_id:032x}",
         "span_id": f"{ids.span_id:016x}",
-        "tenant": baggage.get_baggage("tenant"),  # type: ignore[dict-item]
+        "tenant": baggage.get_baggage("tenant"),
     }
 
 
 @job(name="tests.traced.sync")
-def traced_sync() -> dict[str, str | None]:
+def traced_sync() -> dict[str, object]:
     return current_span()
 
 
 @job(name="tests.traced.async")
-async def traced_async() -> dict[str, str | None]:
+async def traced_async() -> dict[str, object]:
     await asyncio.sleep(0)  # the span stays current across the handler's awaits
     return current_span()
 
