@@ -1,3 +1,5 @@
+import logging
+
 from django.apps import AppConfig
 from django.core.exceptions import ImproperlyConfigured
 from django.db.backends.signals import connection_created
@@ -27,6 +29,23 @@ class DurableJobsConfig(AppConfig):
             self.connect_task_finished()
         # Handlers register themselves when each installed app's jobs.py is imported.
         autodiscover_modules("jobs")
+        self.install_tracing()
+
+    def install_tracing(self) -> None:
+        """Trace enqueues and attempts when ``DURABLE_JOBS["OPENTELEMETRY"]`` is True
+        (durable_jobs.contrib.opentelemetry); otherwise nothing is imported or added."""
+        from durable_jobs.conf import get_settings
+
+        try:
+            enabled = get_settings().opentelemetry
+        except ImproperlyConfigured as exc:
+            # manage.py check reports it (E021); say it too where no check runs (a WSGI server).
+            logging.getLogger("durable_jobs").warning("OpenTelemetry tracing is off: %s", exc)
+            return
+        if enabled:
+            from durable_jobs.contrib import opentelemetry
+
+            opentelemetry.install()
 
     def connect_task_finished(self) -> None:
         """Send Django's ``task_finished`` when a task's job ends (durable_jobs.backends)."""

@@ -132,7 +132,7 @@ def insert_or_get(
                 f"{handler.name}: the idempotency key {job.idempotency_key!r} kept changing "
                 "hands; try again"
             )
-    mark_saved(job, job_id, engine.alias)
+        mark_saved(job, job_id, engine.alias)  # before the hooks exit: they see its id
     signals.send(signals.job_enqueued, Job, job=job)
     if logger.isEnabledFor(logging.INFO):
         log_event(logging.INFO, "enqueued", job, payload=redact(job.payload))
@@ -193,6 +193,9 @@ def insert_many(
         job.batch_id = batch_id
     with around_insert(jobs), transaction.atomic(using=engine.alias):
         ids = engine.insert_jobs(jobs)
+        for job, pk in zip(jobs, ids, strict=True):
+            if pk is not None:
+                mark_saved(job, pk, engine.alias)  # before the hooks exit: they see the ids
         missing = {j.idempotency_key for j, pk in zip(jobs, ids, strict=True) if pk is None}
         existing = (
             {
@@ -225,7 +228,6 @@ def insert_many(
                 )
             out.append(found)
             continue
-        mark_saved(job, pk, engine.alias)
         signals.send(signals.job_enqueued, Job, job=job)
         created += 1
         out.append(job)

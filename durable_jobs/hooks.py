@@ -19,7 +19,8 @@ if TYPE_CHECKING:
 #: ``factory(call_next) -> callable(context)``, Django's middleware shape.
 Middleware = Callable[[Callable[["JobContext"], Any]], Callable[["JobContext"], Any]]
 #: ``hook(jobs) -> context manager``: given one enqueue's unsaved jobs (it may change
-#: their ``meta``), entered before their insert and exited after it.
+#: their ``meta``), entered before their insert and exited after it, the new jobs saved
+#: by then (a job whose idempotency key was taken stays unsaved: ``pk`` None).
 EnqueueHook = Callable[[Sequence["Job"]], AbstractContextManager[Any]]
 
 #: Integration middleware, outermost first, all outside ``DURABLE_JOBS["MIDDLEWARE"]``.

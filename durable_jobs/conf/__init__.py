@@ -29,6 +29,7 @@ from durable_jobs.conf.kinds import (
     Days,
     Declarations,
     DottedPaths,
+    ExtraFlag,
     Flag,
     Fragments,
     Kind,
@@ -189,7 +190,7 @@ class Settings:
     opentelemetry = Setting(
         "OPENTELEMETRY",
         False,
-        Flag(),
+        ExtraFlag("opentelemetry.trace", "opentelemetry-api"),
         "E021",
         hint='pip install "django-durable-jobs[opentelemetry]".',
     )

@@ -3,6 +3,7 @@ and the typed value it becomes (see the table in :mod:`durable_jobs.conf`)."""
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, NamedTuple, TypeVar
@@ -111,6 +112,24 @@ class Flag(Kind[bool]):
 
     def convert(self, value: Any) -> bool:
         return bool(value)
+
+
+class ExtraFlag(Flag):
+    """A switch whose True needs an optional library (an extra) that imports."""
+
+    def __init__(self, module: str, library: str) -> None:
+        self.module = module
+        self.library = library
+
+    def problems(self, key: str, value: Any) -> list[Problem]:
+        found = super().problems(key, value)
+        if found or value is False:
+            return found
+        try:
+            importlib.import_module(self.module)
+        except ImportError as exc:
+            return [Problem(f"{key} is True, but {self.library} cannot be imported ({exc}).")]
+        return []
 
 
 class OptionalFlag(Kind["bool | None"]):

@@ -1,0 +1,1 @@
+"""Integrations with other libraries, each installed with its own extra."""

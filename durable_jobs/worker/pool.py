@@ -26,6 +26,11 @@ class Interrupted(BaseException):
     user code does not swallow it."""
 
 
+class TimedOut(Interrupted):
+    """The :class:`Interrupted` of a handler stopped for running past its timeout (a plain
+    ``Interrupted`` is a stopping worker's hand-back), so middleware can tell them apart."""
+
+
 class ThreadPool:
     """``work(item)`` runs on a pool thread; ``report(item, result)`` gets its result.
 
@@ -54,12 +59,12 @@ class ThreadPool:
     def submit(self, item: Any) -> None:
         self._inbox.put(item)
 
-    def interrupt(self, item: Any) -> bool:
-        """Raise :class:`Interrupted` in the thread running ``item``, if one still is."""
+    def interrupt(self, item: Any, reason: type[Interrupted] = Interrupted) -> bool:
+        """Raise ``reason`` in the thread running ``item``, if one still is."""
         with self._lock:
             for thread_id, running in self._current.items():
                 if running is item:
-                    _set_async_exc(thread_id, Interrupted)
+                    _set_async_exc(thread_id, reason)
                     return True
         return False
 

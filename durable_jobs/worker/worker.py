@@ -38,7 +38,7 @@ from durable_jobs.worker.failures import DatabaseFailures
 from durable_jobs.worker.heartbeat import Heartbeat
 from durable_jobs.worker.node import register_node
 from durable_jobs.worker.outbox import Outbox, WorkerStats
-from durable_jobs.worker.pool import ThreadPool
+from durable_jobs.worker.pool import Interrupted, ThreadPool, TimedOut
 from durable_jobs.worker.running import Running, RunningJobs
 from durable_jobs.worker.shutdown import GracefulStop
 from durable_jobs.worker.wakeups import ChangeCounter, LoopWake, NotifyListener
@@ -301,7 +301,7 @@ class Worker(GracefulStop):
         its thread; a late return is ignored."""
         self._finish(running, running.unreported(outcome, error))
         assert self.pool is not None
-        self.pool.interrupt(running)
+        self.pool.interrupt(running, TimedOut if outcome == Outcome.TIMED_OUT else Interrupted)
 
     def _enforce_timeouts(self) -> None:
         timed_out = self.running.past_deadline(time.monotonic())
