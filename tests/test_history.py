@@ -8,8 +8,10 @@ cap, and the admin page is read as a logged-in staff user.
 from __future__ import annotations
 
 import datetime
+import importlib
 import io
 import json
+import types
 from typing import Any
 
 import pytest
@@ -194,17 +196,22 @@ def test_attempts_the_worker_wrote_are_counted_with_their_durations() -> None:
     }
 
 
-def test_attempts_without_their_own_name_take_their_jobs() -> None:
+def test_the_migration_names_the_last_days_attempts_only() -> None:
+    from django.apps import apps
+    from django.db import connection
+
+    migration = importlib.import_module("durable_jobs.migrations.0010_attempt_history")
     now = timezone.now()
-    attempts("tests.add", [10, 20], finished_at=now)
-    attempts("tests.add", [30], finished_at=now, named=False)
-    attempts("tests.old", [5], finished_at=now, named=False)
+    recent = attempts("tests.add", [10, 20], finished_at=now, named=False)
+    old = attempts("tests.old", [5], finished_at=now - 2 * DAY, named=False)
 
-    rows = by_name(history.handler_history(now - DAY))
+    # The function reads only the editor's connection (SQLite refuses a schema editor
+    # inside the test's transaction).
+    migration.name_recent_attempts(apps, types.SimpleNamespace(connection=connection))
 
-    assert rows["tests.add"]["attempts"] == 3
-    assert rows["tests.add"]["p95_ms"] == 30
-    assert rows["tests.old"]["attempts"] == 1
+    assert {a.name for a in Attempt.objects.filter(pk__in=[a.pk for a in recent])} == {"tests.add"}
+    assert Attempt.objects.get(pk=old[0].pk).name == ""
+    assert by_name(history.handler_history(now - DAY))["tests.add"]["attempts"] == 2
 
 
 def test_no_attempts_no_handlers() -> None:

@@ -1,10 +1,10 @@
 """The engine contract: every database operation the rest of durable_jobs relies on.
 
-One complete subclass per database (:mod:`durable_jobs.db.postgresql`,
-:mod:`durable_jobs.db.sqlite`), chosen once per alias from ``connection.vendor``
-(:func:`durable_jobs.db.engine_for`). The abstract methods are what each database
-writes in its own SQL. The others are portable (the ORM, or SQL that every supported
-database accepts); an engine overrides them where its database does better.
+One complete subclass per database (:mod:`~durable_jobs.db.postgresql`, :mod:`~.sqlite`),
+chosen once per alias from ``connection.vendor`` (:func:`durable_jobs.db.engine_for`).
+The abstract methods are what each database writes in its own SQL. The others are
+portable (the ORM, or SQL that every supported database accepts); an engine overrides
+them where its database does better.
 
 Engines execute, they do not decide: which jobs a claim may take (pauses, rates,
 concurrency keys) is decided in :mod:`durable_jobs.flow.limits`, and what an outcome
@@ -32,7 +32,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import signals as model_signals
 from django.utils import timezone
 
-from durable_jobs.db import rows
+from durable_jobs.db import percentiles, rows
 from durable_jobs.lifecycle.sql import LEASED, state_list
 from durable_jobs.lifecycle.states import CLAIMABLE, FINAL, State
 from durable_jobs.models import Attempt, Job, JobRequest, Node, Queue
@@ -99,6 +99,8 @@ class Engine(abc.ABC):
     """The database operations of one alias. Stateless: one instance serves every thread."""
 
     vendor: ClassVar[str]
+    #: SQL for the overview's duration percentiles per handler (see :mod:`.percentiles`).
+    percentiles_sql = staticmethod(percentiles.ranked)
 
     def __init__(self, alias: str) -> None:
         self.alias = alias
@@ -121,11 +123,9 @@ class Engine(abc.ABC):
     def keyed_transaction(self, key: str) -> AbstractContextManager[None]:
         """A write transaction that runs alone among the holders of ``key``, and whose
         reads see all that the previous holder committed, whatever the connection's
-        isolation level (the HTTP endpoint's per-user throttle counts on both).
-
-        Here: :meth:`write_transaction`, then :meth:`lock_keys` inside it. On SQLite the
-        write lock comes before the transaction's snapshot, so that is enough.
-        """
+        isolation level (the HTTP endpoint's per-user throttle counts on both). Here:
+        :meth:`write_transaction`, then :meth:`lock_keys` inside it (on SQLite the write
+        lock comes before the transaction's snapshot, so that is enough)."""
         return _locked_inside(self, key)
 
     # -- enqueue ----------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from django.db import DatabaseError, connections, transaction
 
 from durable_jobs.conf import get_settings
-from durable_jobs.db import advisory, outcome_rows
+from durable_jobs.db import advisory, outcome_rows, percentiles
 from durable_jobs.db.engine import ChooseKeyed, ClaimRequest, Engine, insert_fields
 from durable_jobs.lifecycle import sql
 from durable_jobs.models import Attempt, Job
@@ -23,8 +23,8 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("durable_jobs")
 
-#: Aliases whose server refused a prepared statement (PgBouncer in transaction mode
-#: without prepared statement support): this process runs their statements unprepared.
+#: Aliases whose server refused a prepared statement (PgBouncer in transaction mode without
+#: prepared statements): this process runs their statements unprepared.
 _unprepared: set[str] = set()
 
 #: What psycopg raises when a pooler in between loses track of prepared statements.
@@ -40,9 +40,9 @@ except ImportError:  # psycopg is only needed on PostgreSQL
     pass
 
 # The claim is one statement: the CTE picks and row-locks at most {limit} waiting jobs,
-# skipping rows other workers hold, and the UPDATE leases exactly those. Not
-# ``UPDATE ... WHERE id IN (SELECT ... LIMIT n)``: the planner may re-run that subquery
-# as a join and lease more rows than the LIMIT; a CTE is evaluated once.
+# skipping rows other workers hold, and the UPDATE leases exactly those. Not ``UPDATE ...
+# WHERE id IN (SELECT ... LIMIT n)``: the planner may re-run that subquery as a join and
+# lease more rows than the LIMIT; a CTE is evaluated once.
 #
 # Picked jobs with a concurrency key come back still queued (and row-locked); they are
 # leased by LEASE_SQL once flow control has chosen those whose keys have room.
@@ -111,6 +111,7 @@ SELECT job_id, id FROM recorded
 
 class PostgreSQLEngine(Engine):
     vendor = "postgresql"
+    percentiles_sql = staticmethod(percentiles.ordered_set)
 
     @contextlib.contextmanager
     def write_transaction(self, *, savepoint: bool = True) -> Iterator[None]:
@@ -313,8 +314,7 @@ def settle_sql() -> str:
 
 @functools.cache
 def _insert_columns(alias: str) -> tuple[tuple[str, str, Callable[[Any], Any]], ...]:
-    """Per inserted Job column: the attribute, its SQL type as cast from JSON text, and
-    how its value goes into the JSON."""
+    """Per inserted Job column: the attribute, its SQL type from JSON text, its encoder."""
     out = []
     for field in insert_fields():
         kind = field.get_internal_type()
