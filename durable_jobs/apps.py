@@ -27,6 +27,7 @@ class DurableJobsConfig(AppConfig):
             self.connect_task_finished()
         # Handlers register themselves when each installed app's jobs.py is imported.
         autodiscover_modules("jobs")
+        self.start_inline_worker()
 
     def connect_task_finished(self) -> None:
         """Send Django's ``task_finished`` when a task's job ends (durable_jobs.backends)."""
@@ -40,3 +41,9 @@ class DurableJobsConfig(AppConfig):
             # and they see the error when the backend is built.
             return
         job_finished.connect(send_task_finished, dispatch_uid="durable_jobs.task_finished")
+
+    def start_inline_worker(self) -> None:
+        """In ``manage.py runserver``'s server process, a worker (``INLINE_WORKER``)."""
+        from durable_jobs.dev.inline import start_if_serving
+
+        start_if_serving()
