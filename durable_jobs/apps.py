@@ -30,6 +30,7 @@ class DurableJobsConfig(AppConfig):
         # Handlers register themselves when each installed app's jobs.py is imported.
         autodiscover_modules("jobs")
         self.install_tracing()
+        self.start_inline_worker()
 
     def install_tracing(self) -> None:
         """Trace enqueues and attempts when ``DURABLE_JOBS["OPENTELEMETRY"]`` is True
@@ -59,3 +60,9 @@ class DurableJobsConfig(AppConfig):
             # and they see the error when the backend is built.
             return
         job_finished.connect(send_task_finished, dispatch_uid="durable_jobs.task_finished")
+
+    def start_inline_worker(self) -> None:
+        """In ``manage.py runserver``'s server process, a worker (``INLINE_WORKER``)."""
+        from durable_jobs.dev.inline import start_if_serving
+
+        start_if_serving()

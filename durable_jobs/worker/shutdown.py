@@ -4,7 +4,8 @@ The first SIGTERM/SIGINT stops claiming. Running jobs get up to the grace period
 finish, while outcomes are still written, timeouts still recorded and leases still
 renewed. Jobs still running then are handed straight back to ``queued`` (an
 ``interrupted`` attempt, not counted), so other workers take them at once rather than
-after their lease expires. A second signal exits at once.
+after their lease expires. A second signal exits at once. :meth:`GracefulStop.stop_now`
+skips the grace period, for a process about to exit (a development server reloading).
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ logger = logging.getLogger("durable_jobs.worker")
 #: How long a stopped worker keeps retrying its last writes when the database fails.
 LAST_WRITES_SECONDS = 5.0
 HAND_BACK_SECONDS = 10.0
+#: How long a stopping worker waits for its listener and pool threads to end.
+THREADS_SECONDS = 5.0
 
 
 class GracefulStop:
@@ -53,8 +56,11 @@ class GracefulStop:
     maintenance: MaintenanceRunner
     stopping: bool
     stop_reason: str
+    #: :meth:`stop_now` was called: no grace period, no waiting for threads.
+    at_once = False
     _signals = 0
 
+    stop: Callable[[], None]
     _beat: Callable[[], None]
     _collect_results: Callable[[], None]
     _enforce_timeouts: Callable[[], None]
@@ -65,6 +71,23 @@ class GracefulStop:
         """First SIGTERM/SIGINT: graceful stop. Second: exit at once."""
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
+
+    def stop_now(self) -> None:
+        """Stop without a grace period: hand running jobs back to ``queued`` at once.
+
+        For a process that is about to exit and cannot wait for its jobs (a development
+        server that reloads or quits). Their attempts are recorded as ``interrupted``, as
+        at the end of a grace period, and the node row is deleted; the worker's threads
+        are not waited for (they are daemons, and die with the process). Safe from any
+        thread, also during the grace period of an earlier :meth:`stop`, which it ends.
+        """
+        if not self.stopping:
+            self.stop_reason = "stop requested, at once"
+        self.at_once = True
+        self.stop()
+
+    def _grace(self) -> float:
+        return 0.0 if self.at_once else self.timing.shutdown_grace
 
     def _on_signal(self, signum: int, frame: Any) -> None:
         # Only set flags here. The handler runs in the main thread between bytecodes,
@@ -82,14 +105,16 @@ class GracefulStop:
             "worker %s stopping (%s): finishing running jobs for up to %ss",
             self.node.name,
             self.stop_reason,
-            self.timing.shutdown_grace,
+            self._grace(),
             extra={"node": self.node.name, "running": len(self.running)},
         )
         self.maintenance.stop()  # no new rescue, prune or tick
         signals.send(signals.worker_stopping, Node, node=self.node)
-        deadline = time.monotonic() + self.timing.shutdown_grace
-        self._with_retries(self._mark_stopping, deadline)
-        while self.running and time.monotonic() < deadline:
+        begun = time.monotonic()
+        if not self.at_once:  # else the node row is deleted a moment later
+            self._with_retries(self._mark_stopping, begun + self._grace())
+        # The deadline is read on every pass, so that stop_now() ends the grace at once.
+        while self.running and time.monotonic() < (deadline := begun + self._grace()):
             self.wake.wait(min(0.05, max(deadline - time.monotonic(), 0.001)))
             self.wake.clear()
             self._with_retries(self._collect_and_flush, deadline)
@@ -100,10 +125,11 @@ class GracefulStop:
         self._hand_back_running()
         self._with_retries(self._collect_and_flush, time.monotonic() + LAST_WRITES_SECONDS)
         wakeup.unsubscribe(self.wake)
+        threads_wait = 0.0 if self.at_once else THREADS_SECONDS
         if self.listener is not None:
-            self.listener.stop()
+            self.listener.stop(timeout=threads_wait)
         if self.pool is not None:
-            self.pool.shutdown()
+            self.pool.shutdown(timeout=threads_wait)
         self.maintenance.join()
         self._with_retries(self._delete_node, time.monotonic() + LAST_WRITES_SECONDS)
         logger.info(
