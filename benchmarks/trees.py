@@ -96,9 +96,10 @@ def main(argv: list[str]) -> int:
     names = {tree: f"{options.pg_dbname}_{index}" for index, tree in enumerate(trees)}
     if options.db == "postgres":
         for name in names.values():
-            subprocess.run(
-                ["createdb", "-h", "127.0.0.1", "-U", "postgres", name], stderr=subprocess.DEVNULL
-            )
+            # Fresh: a database another tree migrated may have a schema this one lacks.
+            for command in ("dropdb", "createdb"):
+                extra = ["--if-exists"] if command == "dropdb" else []
+                subprocess.run([command, *extra, "-h", "127.0.0.1", "-U", "postgres", name])
     rates: dict[Path, list[float]] = {tree: [] for tree in trees}
     with tempfile.TemporaryDirectory() as tmp:
         for round_number in range(options.rounds):
