@@ -91,6 +91,10 @@ DURABLE_JOBS = {
     "SHUTDOWN_GRACE_SECONDS": 5,
 }
 
+if os.environ.get("DURABLE_JOBS_TEST_BAD_MIDDLEWARE"):
+    # tests/test_health.py: a probe runs without the system checks (this fails E020).
+    DURABLE_JOBS["MIDDLEWARE"] = ["tests.no_such_module.middleware"]
+
 if django.VERSION >= (6, 1):
     # Email configuration from Django 6.1 (the topic guide's email tasks send mail).
     MAILERS = {"default": {"BACKEND": "django.core.mail.backends.locmem.EmailBackend"}}

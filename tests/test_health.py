@@ -467,3 +467,16 @@ def test_the_documented_health_view_answers_200_or_503() -> None:
     response = view(request)
     assert response.status_code == 200
     assert json.loads(response.content)["ok"] is True
+
+
+def test_the_probe_runs_no_system_checks(tmp_path: Path) -> None:
+    # A project whose checks fail (an invalid setting) is still probed: the checks belong
+    # to `manage.py check` at deploy time, and some of them query the database first.
+    env = subprocess_env(tmp_path)
+    env["DURABLE_JOBS_TEST_BAD_MIDDLEWARE"] = "1"
+    assert "durable_jobs.E020" in manage_py(tmp_path, env, "check").stderr
+
+    result = manage_py(tmp_path, env, "jobs", "health")
+
+    assert "SystemCheckError" not in result.stderr, result.stderr
+    assert result.stdout.splitlines()[0].startswith("ok      database"), result.stdout
