@@ -15,7 +15,6 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 from django.utils.module_loading import import_string
@@ -43,7 +42,8 @@ def innermost(context: JobContext) -> Any:
 
 @functools.cache
 def _configured() -> tuple[str, ...]:
-    # Read once, not per attempt: reading a setting checks its value (imports the paths).
+    # Read once, not per attempt. Reading it checks it (E020): each path imports and is
+    # callable, or ImproperlyConfigured says which one does not.
     return get_settings().middleware
 
 
@@ -51,26 +51,9 @@ def _configured() -> tuple[str, ...]:
 def _built(integrations: tuple[hooks.Middleware, ...], configured: tuple[str, ...]) -> Call:
     # Built once, like Django's middleware: a factory may set things up when called.
     call: Call = innermost
-    for factory in reversed([*integrations, *(_load(path) for path in configured)]):
+    for factory in reversed([*integrations, *(import_string(path) for path in configured)]):
         call = factory(call)
     return call
-
-
-@functools.cache
-def _load(path: str) -> hooks.Middleware:
-    try:
-        factory = import_string(path)
-    except ImportError as exc:
-        raise ImproperlyConfigured(
-            f'DURABLE_JOBS["MIDDLEWARE"]: {path!r} cannot be imported ({exc}); give the '
-            "dotted path of a factory(call_next). See durable_jobs.E020."
-        ) from exc
-    if not callable(factory):
-        raise ImproperlyConfigured(
-            f'DURABLE_JOBS["MIDDLEWARE"]: {path!r} is not callable; it must be a '
-            "factory(call_next) returning a callable(context). See durable_jobs.E020."
-        )
-    return factory
 
 
 @receiver(setting_changed)
