@@ -1,8 +1,8 @@
 """The database engines: everything that depends on the database, behind one contract.
 
 :func:`engine_for` gives the :class:`~durable_jobs.db.engine.Engine` of an alias, one
-complete module per database (``postgresql``, ``sqlite``). Internal: nothing in this
-package is public API.
+complete module per database (``postgresql``, ``sqlite``, and ``mysql`` for MySQL and
+MariaDB). Internal: nothing in this package is public API.
 """
 
 from __future__ import annotations
@@ -11,13 +11,14 @@ from django.core.checks import CheckMessage, Error
 from django.db import connections, router
 
 from durable_jobs.db.engine import Engine
+from durable_jobs.db.mysql import MySQLEngine
 from durable_jobs.db.postgresql import PostgreSQLEngine
 from durable_jobs.db.sqlite import SQLiteEngine
 from durable_jobs.models import Job
 
 #: ``connection.vendor`` -> its engine.
 ENGINES: dict[str, type[Engine]] = {
-    engine.vendor: engine for engine in (PostgreSQLEngine, SQLiteEngine)
+    engine.vendor: engine for engine in (PostgreSQLEngine, SQLiteEngine, MySQLEngine)
 }
 SUPPORTED_VENDORS = tuple(ENGINES)
 
@@ -39,8 +40,8 @@ def engine_for(using: str | None = None) -> Engine:
             engine_class = ENGINES[vendor]
         except KeyError:
             raise NotImplementedError(
-                f"durable_jobs does not support the {vendor!r} database yet; use PostgreSQL "
-                "or SQLite."
+                f"durable_jobs does not support the {vendor!r} database yet; use PostgreSQL, "
+                "SQLite, MariaDB or MySQL."
             ) from None
         engine = _engines[(alias, vendor)] = engine_class(alias)
     return engine
@@ -57,7 +58,8 @@ def check() -> list[CheckMessage]:
         return [
             Error(
                 f"Database {alias!r} uses {vendor}, which durable_jobs does not support yet.",
-                hint="Use PostgreSQL or SQLite for the database that holds the jobs.",
+                hint="Use PostgreSQL, SQLite, MariaDB 10.6+ or MySQL 8.0.4+ for the database "
+                "that holds the jobs.",
                 id="durable_jobs.E007",
             )
         ]

@@ -58,12 +58,10 @@ ChooseKeyed = Callable[[Sequence[KeyedCandidate]], list[int]]
 
 
 class Listener(Protocol):
-    """A blocking source of wake-ups for idle workers (PostgreSQL's LISTEN)."""
+    """A blocking source of wake-ups for idle workers (PostgreSQL's LISTEN): ``wait``
+    blocks up to ``timeout`` seconds and returns the queues notifications named."""
 
-    def wait(self, timeout: float) -> list[str]:
-        """Block up to ``timeout`` seconds; return the queues named by notifications."""
-        ...
-
+    def wait(self, timeout: float) -> list[str]: ...
     def close(self) -> None: ...
 
 
@@ -133,16 +131,14 @@ class Engine(abc.ABC):
     @abc.abstractmethod
     def insert_job(self, job: Job, *, notify: bool) -> int | None:
         """Insert ``job``; return its id, or None when its idempotency key already exists.
-
-        The unique constraint decides between concurrent enqueues of one key (``ON
-        CONFLICT DO NOTHING``), never a read-then-write. ``notify``: announce the job
-        when the transaction commits, where the database can.
-        """
+        The unique constraint decides between concurrent enqueues of one key (``ON CONFLICT
+        DO NOTHING``, ``INSERT IGNORE``), never a read-then-write. ``notify``: announce the
+        job when the transaction commits, where the database can."""
 
     @abc.abstractmethod
     def insert_rows(self, jobs: Sequence[Job]) -> list[tuple[Any, ...]]:
-        """One multi-row insert of ``jobs`` that skips taken keys: the ``(id, key)`` of the
-        rows inserted, in ``jobs`` order."""
+        """Insert ``jobs`` (keyed ones first), skipping taken keys: the ``(id, key)`` of
+        the rows inserted, in ``jobs`` order."""
 
     @abc.abstractmethod
     def rows_per_insert(self) -> int:
@@ -314,6 +310,10 @@ class Engine(abc.ABC):
     def check(self) -> list[CheckMessage]:
         """System check messages about this database (see ``docs/checks.rst``)."""
         return []
+
+    def is_transient(self, exc: BaseException) -> bool:
+        """Whether ``exc`` (a deadlock, say) ended a transaction that may succeed if rerun."""
+        return False
 
     # -- what the engines' statements share ---------------------------------------------------
 

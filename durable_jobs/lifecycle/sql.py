@@ -29,9 +29,11 @@ def state_list(states: Iterable[str]) -> str:
     return ", ".join(literal(State(s)) for s in sorted(states))
 
 
-def key_after(target: State | str, job: str) -> str:
+def key_after(target: State | str, job: str, *, concat: str = "||") -> str:
     """SQL of the idempotency key a job keeps on moving to ``target``: a :class:`State`,
-    or the SQL of a column holding one. ``job`` qualifies the job's columns (``"job."``).
+    or the SQL of a column holding one. ``job`` qualifies the job's columns (``"job."``);
+    ``concat`` is the database's text concatenation: ``||``, or ``CONCAT`` on MySQL,
+    where ``||`` means OR.
 
     :func:`~durable_jobs.lifecycle.states.keeps_unique_key` in SQL; a key not kept
     becomes NULL.
@@ -43,9 +45,12 @@ def key_after(target: State | str, job: str) -> str:
             f"CASE WHEN {job}unique_states = '' OR {job}unique_states LIKE "
             f"'%%,{target.value},%%'\n        THEN {job}idempotency_key ELSE NULL END"
         )
+    pattern = (
+        f"CONCAT('%%,', {target}, ',%%')" if concat == "CONCAT" else f"'%%,' || {target} || ',%%'"
+    )
     return (
         f"CASE WHEN {target} = {literal(State.QUEUED)} OR {job}unique_states = ''\n"
-        f"        OR {job}unique_states LIKE '%%,' || {target} || ',%%' "
+        f"        OR {job}unique_states LIKE {pattern} "
         f"THEN {job}idempotency_key END"
     )
 
@@ -94,23 +99,27 @@ LEASED = State.LEASED.value
 OUTCOME_SOURCE = State.LEASED.value
 
 
-def settle_set() -> str:
+def settle_set(*, assigned: str = "", concat: str = "||") -> str:
     """The columns an outcome sets on the job ``job`` from its batch row ``o``.
 
     A given-back attempt (``o.gives_back``) does not count; a job completed while it
-    reported progress ends at 100; the key follows :func:`key_after`.
+    reported progress ends at 100; the key follows :func:`key_after`. ``assigned``
+    qualifies the columns set (``"job."`` in MySQL's multi-table UPDATE, where a bare
+    name is ambiguous); ``concat`` as for :func:`key_after`. No assignment reads a
+    column set before it, so MySQL's left-to-right assignments mean the same.
     """
+    a = assigned
     return f"""
-    state = o.target,
-    updated_at = o.updated_at,
-    finished_at = o.finished_at,
-    available_at = COALESCE(o.available_at, job.available_at),
-    attempts = job.attempts - o.gives_back,
-    lease_expires_at = NULL,
-    leased_by_id = NULL,
-    result = CASE WHEN o.sets_result THEN o.result ELSE job.result END,
-    last_error = COALESCE(o.last_error, job.last_error),
-    progress = CASE WHEN o.target = {literal(State.COMPLETED)} AND job.progress IS NOT NULL
+    {a}state = o.target,
+    {a}updated_at = o.updated_at,
+    {a}finished_at = o.finished_at,
+    {a}available_at = COALESCE(o.available_at, job.available_at),
+    {a}attempts = job.attempts - o.gives_back,
+    {a}lease_expires_at = NULL,
+    {a}leased_by_id = NULL,
+    {a}result = CASE WHEN o.sets_result THEN o.result ELSE job.result END,
+    {a}last_error = COALESCE(o.last_error, job.last_error),
+    {a}progress = CASE WHEN o.target = {literal(State.COMPLETED)} AND job.progress IS NOT NULL
         THEN 100 ELSE job.progress END,
-    idempotency_key = {key_after("o.target", "job.")}
+    {a}idempotency_key = {key_after("o.target", "job.", concat=concat)}
 """
