@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from django.apps import AppConfig
-from django.core.checks import CheckMessage, register
+from django.core.checks import CheckMessage, Tags, register
 
 from durable_jobs import conf, db, registry
 from durable_jobs.http import checks as http_checks
@@ -33,6 +33,18 @@ def check_databases(
     app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
 ) -> list[CheckMessage]:
     return db.check()
+
+
+@register(Tags.database)
+def check_database_server(
+    app_configs: Sequence[AppConfig] | None = None,
+    databases: Sequence[str] | None = None,
+    **kwargs: Any,
+) -> list[CheckMessage]:
+    # A database check, run by migrate and `check --database`: it connects to the server.
+    if not databases or db.job_db_alias() not in databases:
+        return []
+    return db.check(server=True)
 
 
 @register()

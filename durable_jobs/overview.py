@@ -239,15 +239,17 @@ def root_cause(error_message: str) -> str:
 def jobs_with_error(example_attempt: Attempt, cap: int = CAP) -> QuerySet[Job]:
     """Jobs that failed with the same error as ``example_attempt``, within the error window
     before it: at most the jobs of its newest ``cap`` such attempts, read through the
-    partial index over failed attempts."""
+    partial index over failed attempts. The window is bounded by a time (found with one
+    probe of that index), not by a LIMIT inside ``IN (...)``, which MySQL refuses."""
     attempts = Attempt.objects.filter(
         outcome__in_constants=FAILED_OUTCOMES,
-        finished_at__gte=example_attempt.finished_at - FINISHED_WINDOW,
         finished_at__lte=example_attempt.finished_at,
         error_class=example_attempt.error_class,
         error_message=example_attempt.error_message,
-    ).order_by("-finished_at")
-    return Job.objects.filter(pk__in=attempts.values("job_id")[:cap])
+    )
+    since = example_attempt.finished_at - FINISHED_WINDOW
+    window = Window.newest(attempts, "finished_at", since, cap)
+    return Job.objects.filter(pk__in=window.rows(attempts).values("job_id"))
 
 
 def nodes(now: datetime.datetime) -> dict[str, list[dict[str, Any]]]:

@@ -181,11 +181,12 @@ def seconds(value: Any, label: str, *, zero: bool = False) -> float:
 
 # -- JSON ------------------------------------------------------------------------------------
 
-#: How deeply lists and dicts may nest in a payload. Everything that reads a payload back
-#: recurses into it (the admin's pretty-printer, redaction, the CLI's JSON output), and at
-#: a few hundred levels Python's recursion limit stops them: a deeper payload could be
-#: stored but its job could never be shown. Real arguments are a few levels deep.
-MAX_DEPTH = 100
+#: How deeply lists and dicts may nest in a payload, the same in every database: MariaDB
+#: refuses a JSON document nested more than 32 levels, and a stored payload wraps an
+#: argument in up to three more (a Task's {"kwargs": {name: ...}}, the value under it).
+#: Everything that reads a payload back also recurses into it (the admin's
+#: pretty-printer, redaction, the CLI's JSON output). Real arguments are a few levels deep.
+MAX_DEPTH = 28
 
 #: From here up Python writes a float as 1e+16 (an exponent), which PostgreSQL's jsonb
 #: reads back as an integer. Compared directly, not through repr(), on every float.
@@ -235,8 +236,8 @@ def describe_unstorable(value: Any) -> str:
     """What ``value`` (found by :func:`first_unstorable`) is, and what to pass instead."""
     if value is TooDeep:
         return (
-            f"nested more than {MAX_DEPTH} levels deep, deeper than the admin and the CLI "
-            "can show: store the data elsewhere (a model, a file) and pass its id"
+            f"nested more than {MAX_DEPTH} levels deep, deeper than every supported database "
+            "stores: store the data elsewhere (a model, a file) and pass its id"
         )
     if isinstance(value, str):
         return text_problem(value) or "text"

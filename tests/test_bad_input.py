@@ -203,8 +203,8 @@ class Opaque:
 
 REFUSED_PAYLOADS = [
     # (id, value, the message names the problem, the message names the fix)
-    ("10000-levels", nest(10_000), "nested more than 100 levels deep", "pass its id"),
-    ("101-levels", nest(MAX_DEPTH + 1), "nested more than 100 levels deep", "pass its id"),
+    ("10000-levels", nest(10_000), f"nested more than {MAX_DEPTH} levels deep", "pass its id"),
+    ("29-levels", nest(MAX_DEPTH + 1), f"nested more than {MAX_DEPTH} levels deep", "pass its id"),
     ("nul", "a\x00b", "NUL character", "base64-encoded"),
     ("nul-in-key", {"k\x00": 1}, "NUL character", "base64-encoded"),
     ("lone-surrogate", "\ud800", "lone surrogate", "errors='replace'"),

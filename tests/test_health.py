@@ -111,7 +111,7 @@ def test_a_running_worker_thread_makes_it_healthy(durable_worker: Callable[..., 
     assert code == 0, out
     lines = out.splitlines()
     assert re.fullmatch(
-        r"ok +database: 'default' \((sqlite|postgresql)\) answered in [\d.]+ ms", lines[0]
+        r"ok +database: 'default' \((sqlite|postgresql|mysql)\) answered in [\d.]+ ms", lines[0]
     )
     assert lines[1:] == ["ok      nodes: 1 live (worker-1)", "healthy: 2 checks passed"]
 

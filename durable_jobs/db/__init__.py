@@ -47,20 +47,25 @@ def engine_for(using: str | None = None) -> Engine:
     return engine
 
 
-def check() -> list[CheckMessage]:
+def check(*, server: bool = False) -> list[CheckMessage]:
     """The database checks: the jobs' database is one durable_jobs supports, and is
-    configured for it (each engine's own checks)."""
+    configured for it (each engine's own checks); with ``server``, instead, what the server
+    says of itself (its version, its character set), which needs a connection."""
     alias = job_db_alias()
     if alias not in connections.settings:
         return []
     vendor = connections[alias].vendor
     if vendor not in ENGINES:
-        return [
-            Error(
-                f"Database {alias!r} uses {vendor}, which durable_jobs does not support yet.",
-                hint="Use PostgreSQL, SQLite, MariaDB 10.6+ or MySQL 8.0.4+ for the database "
-                "that holds the jobs.",
-                id="durable_jobs.E007",
-            )
-        ]
-    return engine_for(alias).check()
+        return (
+            []
+            if server
+            else [
+                Error(
+                    f"Database {alias!r} uses {vendor}, which durable_jobs does not support yet.",
+                    hint="Use PostgreSQL, SQLite, MariaDB 10.6+ or MySQL 8.0.4+ for the database "
+                    "that holds the jobs.",
+                    id="durable_jobs.E007",
+                )
+            ]
+        )
+    return engine_for(alias).check(server=server)

@@ -65,8 +65,7 @@ class Listener(Protocol):
     def close(self) -> None: ...
 
 
-#: Ids per DELETE statement (SQLite allows 999 parameters).
-DELETE_CHUNK = 500
+DELETE_CHUNK = 500  # ids per DELETE statement (SQLite allows 999 parameters)
 
 #: Keyed jobs whose key already has ``concurrency_limit`` leased holders are not picked.
 KEY_FILTER = """
@@ -307,8 +306,9 @@ class Engine(abc.ABC):
 
     # -- checks -------------------------------------------------------------------------------
 
-    def check(self) -> list[CheckMessage]:
-        """System check messages about this database (see ``docs/checks.rst``)."""
+    def check(self, *, server: bool = False) -> list[CheckMessage]:
+        """System check messages about this database's settings (see ``docs/checks.rst``);
+        with ``server``, instead, about the server itself (a database check: it connects)."""
         return []
 
     def is_transient(self, exc: BaseException) -> bool:

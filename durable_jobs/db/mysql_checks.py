@@ -28,30 +28,13 @@ def server(connection: Any) -> tuple[str, tuple[int, ...]]:
 
 
 def check(connection: Any) -> list[CheckMessage]:
+    """What the settings say: the connection's character set and isolation level."""
     alias = connection.alias
-    name, version = server(connection)
-    minimum = MIN_MARIADB if name == "MariaDB" else MIN_MYSQL
-    if version < minimum:
-        return [
-            Error(
-                f"Database {alias!r} is {name} {'.'.join(map(str, version))}; durable_jobs "
-                f"needs {name} {'.'.join(map(str, minimum))} or newer (SELECT ... FOR UPDATE "
-                "SKIP LOCKED and JSON_TABLE).",
-                hint="Upgrade the server, or keep the jobs on PostgreSQL or SQLite.",
-                id="durable_jobs.E007",
-            )
-        ]
     messages: list[CheckMessage] = []
     options = connection.settings_dict.get("OPTIONS") or {}
     charset = str(options.get("charset", "utf8mb4")).lower()
     if charset != "utf8mb4":
         messages.append(_not_utf8mb4(alias, f"connects with charset {charset!r}"))
-    else:
-        table_collation = _table_collation(connection)
-        if table_collation is not None and not table_collation.startswith("utf8mb4"):
-            messages.append(
-                _not_utf8mb4(alias, f"holds the job table in {table_collation!r}", table=True)
-            )
     isolation = str(options.get("isolation_level", "read committed")).lower()
     if isolation in ("repeatable read", "serializable"):
         messages.append(
@@ -66,6 +49,30 @@ def check(connection: Any) -> list[CheckMessage]:
             )
         )
     return messages
+
+
+def check_server(connection: Any) -> list[CheckMessage]:
+    """What the server says: its version, and the job table's character set."""
+    alias = connection.alias
+    try:
+        name, version = server(connection)
+    except DatabaseError:
+        return []  # not reachable: Django's own database checks say so
+    minimum = MIN_MARIADB if name == "MariaDB" else MIN_MYSQL
+    if version < minimum:
+        return [
+            Error(
+                f"Database {alias!r} is {name} {'.'.join(map(str, version))}; durable_jobs "
+                f"needs {name} {'.'.join(map(str, minimum))} or newer (SELECT ... FOR UPDATE "
+                "SKIP LOCKED and JSON_TABLE).",
+                hint="Upgrade the server, or keep the jobs on PostgreSQL or SQLite.",
+                id="durable_jobs.E007",
+            )
+        ]
+    collation = _table_collation(connection)
+    if collation is not None and not collation.startswith("utf8mb4"):
+        return [_not_utf8mb4(alias, f"holds the job table in {collation!r}", table=True)]
+    return []
 
 
 def _not_utf8mb4(alias: str, what: str, *, table: bool = False) -> Error:

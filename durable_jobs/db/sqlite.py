@@ -196,8 +196,10 @@ class SQLiteEngine(Engine):
 
     # -- checks -----------------------------------------------------------------------------
 
-    def check(self) -> list[CheckMessage]:
+    def check(self, *, server: bool = False) -> list[CheckMessage]:
         messages: list[CheckMessage] = []
+        if server:
+            return messages  # the library's version is known without connecting
         if sqlite3.sqlite_version_info < MIN_VERSION:
             messages.append(
                 Error(

@@ -46,12 +46,15 @@ def count_failure(schedules: Any, job: Job, attempt: Attempt) -> None:
     """One more failure, in one UPDATE (so that two jobs ending at once both count);
     disable at ``max_consecutive_fails`` (only an enabled schedule is disabled)."""
     reaches_limit = Q(enabled=True, consecutive_fails__gte=F("max_consecutive_fails") - 1)
+    # In this order: MySQL assigns left to right, each expression seeing the columns set
+    # before it, so the conditions must read enabled and consecutive_fails before they
+    # change (the other databases read the old row throughout).
     schedules.update(
+        last_status=Case(When(reaches_limit, then=Value("disabled")), default=F("last_status")),
+        enabled=Case(When(reaches_limit, then=Value(False)), default=F("enabled")),
         fail_count=F("fail_count") + 1,
         consecutive_fails=F("consecutive_fails") + 1,
         last_error=f"job {job.pk} ended dead: {attempt.error_message}",
-        enabled=Case(When(reaches_limit, then=Value(False)), default=F("enabled")),
-        last_status=Case(When(reaches_limit, then=Value("disabled")), default=F("last_status")),
         updated_at=timezone.now(),
     )
     row = schedules.values("pk", "consecutive_fails", "max_consecutive_fails", "enabled").first()

@@ -12,11 +12,16 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from django.db import close_old_connections, connections
 
 from durable_jobs.backoff import Doubling
+from durable_jobs.db.engine import Engine
 from durable_jobs.db.upkeep import refresh_thread_connections
+
+if TYPE_CHECKING:
+    from durable_jobs.worker.outbox import WorkerStats
 
 logger = logging.getLogger("durable_jobs.worker")
 
@@ -24,6 +29,9 @@ logger = logging.getLogger("durable_jobs.worker")
 RETRY = Doubling(0.25, 10.0)
 #: The longest single sleep of a backoff, so that a stop request ends it early.
 SLEEP_STEP = 0.25
+#: Passes in a row run again at once after a deadlock or lock wait timeout, before the
+#: loop backs off as after any other error.
+RERUNS = 5
 
 
 class DatabaseFailures:
@@ -43,6 +51,18 @@ class DatabaseFailures:
         seen = self._count
         refresh_thread_connections(verify=getattr(self._checked, "seen", 0) != seen)
         self._checked.seen = seen
+
+    def rerun_at_once(
+        self, exc: Exception, failures: int, engine: Engine, stats: WorkerStats
+    ) -> bool:
+        """Whether the loop should run its pass again at once: the database rolled it back
+        whole to break a deadlock or a lock wait (MySQL's InnoDB does, under contention),
+        so the outcomes are still waiting and nothing was claimed; the connection is fine."""
+        if failures > RERUNS or not engine.is_transient(exc):
+            return False
+        stats.transient += 1
+        logger.info("the worker's pass was rolled back (%s); running it again", exc)
+        return True
 
     def back_off(
         self, exc: Exception, failures: int, *, alias: str, node: str, stop: Callable[[], bool]

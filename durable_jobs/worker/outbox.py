@@ -45,6 +45,8 @@ class WorkerStats:
     #: ``claimed`` and ``finished``, how well the worker batches.
     claims: int = 0
     flushes: int = 0
+    #: Loop passes rolled back by a deadlock or lock wait timeout and run again at once.
+    transient: int = 0
 
 
 class Outbox:

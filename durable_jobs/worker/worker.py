@@ -228,7 +228,8 @@ class Worker(GracefulStop):
                 failures = 0
             except DatabaseError as exc:
                 failures += 1
-                self._on_database_error(exc, failures)
+                if not self.database_failures.rerun_at_once(exc, failures, self.engine, self.stats):
+                    self._on_database_error(exc, failures)
                 continue
             self.wake.wait(self._next_wait(next_poll))
 
