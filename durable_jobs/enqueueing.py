@@ -9,17 +9,19 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import itertools
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from django.db import transaction
+from django.db import DatabaseError, transaction
 from django.utils import timezone
 
 from durable_jobs import hooks, signals, validate, wakeup
 from durable_jobs.conf import get_settings
 from durable_jobs.db import engine_for
+from durable_jobs.db.engine import Engine
 from durable_jobs.db.rows import mark_saved, new_instance
 from durable_jobs.exceptions import EnqueueError
 from durable_jobs.lifecycle.states import State
@@ -33,6 +35,10 @@ if TYPE_CHECKING:
     from durable_jobs.handlers import EnqueueOptions, JobHandler, PreparedJob
 
 logger = logging.getLogger("durable_jobs")
+
+T = TypeVar("T")
+#: Times an enqueue rolled back by a deadlock runs again before the error is the caller's.
+RERUNS = 5
 
 
 def build_job(
@@ -115,7 +121,7 @@ def insert_or_get(
     wake = job.available_at <= job.created_at and not wakeup.already_woken(connection, job.queue)
     with around_insert([job]):
         for _ in range(3):
-            job_id = engine.insert_job(job, notify=wake)
+            job_id = rerun_if_rolled_back(engine, lambda: engine.insert_job(job, notify=wake))
             if job_id is not None:
                 break
             existing = Job.objects.using(engine.alias).filter(idempotency_key=job.idempotency_key)
@@ -141,6 +147,57 @@ def insert_or_get(
         transaction.on_commit(wake_local_workers, using=engine.alias)
         wakeup.mark_woken(connection, job.queue)
     return job, True
+
+
+def _insert_all(
+    engine: Engine, jobs: list[Job], now: datetime.datetime
+) -> tuple[list[int | None], dict[str, Job], list[str]]:
+    """In one transaction: insert ``jobs``, read the jobs holding the keys they found
+    taken, and notify the workers of their queues; the new ids, the holders by key and
+    the queues notified."""
+    with transaction.atomic(using=engine.alias):
+        ids = engine.insert_jobs(jobs)
+        for job, pk in zip(jobs, ids, strict=True):
+            if pk is not None:
+                mark_saved(job, pk, engine.alias)  # before the hooks exit: they see the ids
+        missing = {j.idempotency_key for j, pk in zip(jobs, ids, strict=True) if pk is None}
+        existing = (
+            {
+                j.idempotency_key: j
+                for j in Job.objects.using(engine.alias).filter(idempotency_key__in=missing)
+            }
+            if missing
+            else {}
+        )
+        queues = sorted(
+            {
+                j.queue
+                for j, pk in zip(jobs, ids, strict=True)
+                if pk
+                and j.available_at <= now
+                and not wakeup.already_woken(engine.connection, j.queue)
+            }
+        )
+        if queues:
+            engine.notify(queues)
+    return ids, existing, queues
+
+
+def rerun_if_rolled_back(engine: Engine, attempt: Callable[[], T]) -> T:
+    """Run ``attempt`` (a statement in autocommit, or a transaction of its own) again when
+    the database rolled it back to break a deadlock or a lock wait: MySQL's InnoDB does
+    so when concurrent enqueues wait on each other's idempotency keys. Inside the
+    caller's transaction the error is the caller's: InnoDB has rolled all of it back."""
+    for rerun in itertools.count():
+        try:
+            return attempt()
+        except DatabaseError as exc:
+            if engine.connection.in_atomic_block or rerun >= RERUNS:
+                raise
+            if not engine.is_transient(exc):
+                raise
+            logger.info("the database rolled back an enqueue (%s); running it again", exc)
+    raise AssertionError("unreachable")
 
 
 def around_insert(jobs: list[Job]) -> AbstractContextManager[Any]:
@@ -191,31 +248,8 @@ def insert_many(
     jobs = [build_job(p.handler, p.payload, p.options, now=now) for p in prepared]
     for job in jobs:
         job.batch_id = batch_id
-    with around_insert(jobs), transaction.atomic(using=engine.alias):
-        ids = engine.insert_jobs(jobs)
-        for job, pk in zip(jobs, ids, strict=True):
-            if pk is not None:
-                mark_saved(job, pk, engine.alias)  # before the hooks exit: they see the ids
-        missing = {j.idempotency_key for j, pk in zip(jobs, ids, strict=True) if pk is None}
-        existing = (
-            {
-                j.idempotency_key: j
-                for j in Job.objects.using(engine.alias).filter(idempotency_key__in=missing)
-            }
-            if missing
-            else {}
-        )
-        queues = sorted(
-            {
-                j.queue
-                for j, pk in zip(jobs, ids, strict=True)
-                if pk
-                and j.available_at <= now
-                and not wakeup.already_woken(engine.connection, j.queue)
-            }
-        )
-        if queues:
-            engine.notify(queues)
+    with around_insert(jobs):
+        ids, existing, queues = rerun_if_rolled_back(engine, lambda: _insert_all(engine, jobs, now))
     out: list[Job] = []
     created = 0
     for job, pk in zip(jobs, ids, strict=True):

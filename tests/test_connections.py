@@ -20,15 +20,19 @@ def test_a_healthy_connection_is_kept_between_jobs_even_with_conn_max_age_0() ->
 
 
 def test_a_connection_broken_by_the_server_is_closed_and_replaced(vendor) -> None:
-    if vendor != "postgresql":
-        pytest.skip("needs a server that can terminate a session (pg_terminate_backend)")
+    if vendor == "sqlite":
+        pytest.skip("needs a server that can end a session (SQLite is a file)")
+    own_id, kill = {
+        "postgresql": ("SELECT pg_backend_pid()", "SELECT pg_terminate_backend({})"),
+        "mysql": ("SELECT CONNECTION_ID()", "KILL CONNECTION {}"),
+    }[vendor]
     with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_backend_pid()")
-        pid = cursor.fetchone()[0]
+        cursor.execute(own_id)
+        pid = int(cursor.fetchone()[0])
     other = connections.create_connection("default")
     try:
         with other.cursor() as cursor:
-            cursor.execute("SELECT pg_terminate_backend(%s)", [pid])
+            cursor.execute(kill.format(pid))
     finally:
         other.close()
     with pytest.raises(DatabaseError), connection.cursor() as cursor:

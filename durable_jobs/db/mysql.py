@@ -24,13 +24,12 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import itertools
 import json
 from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from django.db import DatabaseError, DataError, transaction
+from django.db import DataError, transaction
 
 from durable_jobs.db import mysql_checks, named_locks, outcome_rows
 from durable_jobs.db.engine import ChooseKeyed, ClaimRequest, Engine, insert_fields
@@ -91,8 +90,6 @@ OUTCOME_TYPES = {
     "text": "LONGTEXT",
     "jsonb": "LONGTEXT",
 }
-#: Times an enqueue in autocommit is tried when the server reports a deadlock.
-RERUNS = 5
 #: Text from JSON_TABLE compares byte for byte with the tables' columns (whatever their
 #: collation): the fence compares tokens and state names.
 TEXT = "CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"
@@ -100,11 +97,6 @@ TEXT = "CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"
 
 class MySQLEngine(Engine):
     vendor = "mysql"
-
-    def __init__(self, alias: str) -> None:
-        super().__init__(alias)
-        #: Enqueue statements run again after a deadlock or lock wait timeout.
-        self.reruns = 0
 
     @contextlib.contextmanager
     def write_transaction(self, *, savepoint: bool = True) -> Iterator[None]:
@@ -144,20 +136,7 @@ class MySQLEngine(Engine):
     def _insert(self, jobs: Sequence[Job], *, ignore: bool) -> list[tuple[Any, ...]]:
         values = [self.insert_values(job) for job in jobs]
         check_lengths(values)
-        for attempt in itertools.count(1):
-            try:
-                return self._insert_values(values, ignore=ignore)
-            except DatabaseError as exc:
-                # Enqueues of one key wait on each other's key; under contention InnoDB
-                # may end one with a deadlock. In autocommit the statement changed
-                # nothing and runs again; in the project's transaction, which InnoDB
-                # rolled back whole, the error is the project's to handle.
-                if attempt >= RERUNS or self.connection.in_atomic_block:
-                    raise
-                if not mysql_checks.is_transient(exc):
-                    raise
-                self.reruns += 1
-        raise AssertionError("unreachable")
+        return self._insert_values(values, ignore=ignore)
 
     def _insert_values(self, values: list[list[Any]], *, ignore: bool) -> list[tuple[Any, ...]]:
         connection = self.connection

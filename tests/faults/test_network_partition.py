@@ -59,7 +59,7 @@ START_TIMEOUT = 30.0
 
 @pytest.fixture
 def link(vendor: str) -> Iterator[VethNamespace]:
-    if vendor != "postgresql":
+    if vendor == "sqlite":
         pytest.skip("a network partition needs a networked database; SQLite is a local file")
     try:
         namespace = create_veth_namespace()
@@ -95,7 +95,8 @@ def database_url_via(address: tuple[str, int]) -> str:
     if settings["PASSWORD"]:
         credentials += ":" + quote(settings["PASSWORD"], safe="")
     host, port = address
-    return f"postgres://{credentials}@{host}:{port}/{quote(settings['NAME'], safe='')}"
+    scheme = "mysql" if connection.vendor == "mysql" else "postgres"
+    return f"{scheme}://{credentials}@{host}:{port}/{quote(settings['NAME'], safe='')}"
 
 
 def events(workers: WorkerProcesses, proc: subprocess.Popen[bytes], event: str) -> list[dict]:
@@ -147,7 +148,8 @@ def test_a_partitioned_workers_late_acks_are_fenced_off_after_rescue(
     marker_dir = tmp_path / "markers"
     marker_dir.mkdir()
     host, port = connection.settings_dict["HOST"] or "127.0.0.1", connection.settings_dict["PORT"]
-    with TcpForwarder(link.host_ip, (host, int(port or 5432))) as forwarder:
+    default_port = 3306 if connection.vendor == "mysql" else 5432
+    with TcpForwarder(link.host_ip, (host, int(port or default_port))) as forwarder:
         env = workers.env()
         env["DATABASE_URL"] = database_url_via(forwarder.address)
         lease = str(LEASE_SECONDS)
