@@ -151,7 +151,7 @@ def insert_or_get(
 
 def _insert_all(
     engine: Engine, jobs: list[Job], now: datetime.datetime
-) -> tuple[list[int | None], dict[str, Job], list[str]]:
+) -> tuple[list[int | None], dict[str | None, Job], list[str]]:
     """In one transaction: insert ``jobs``, read the jobs holding the keys they found
     taken, and notify the workers of their queues; the new ids, the holders by key and
     the queues notified."""
