@@ -1,14 +1,16 @@
 #!/usr/bin/env python
 """Response times of the admin dashboard over large job tables.
 
-    python benchmarks/admin_pages.py [--database postgres|sqlite|both] [--jobs N]
+    python benchmarks/admin_pages.py [--database postgres|sqlite|both|mysql] [--jobs N]
                                      [--runs 20] [--explain] [--keep] [--reuse]
                                      [--write docs/benchmarks.md]
 
-For each database (by default PostgreSQL with 1,000,000 jobs, then SQLite with 100,000):
+For each database (by default PostgreSQL with 1,000,000 jobs, then SQLite with 100,000;
+``--database mysql``: MariaDB or MySQL 8 with 1,000,000):
 
-1. migrate a dedicated database (PostgreSQL: ``dj_admin_bench``, dropped and created
-   again; SQLite: a file in the temporary directory);
+1. migrate a dedicated database (PostgreSQL and MariaDB/MySQL: ``dj_admin_bench``,
+   dropped and created again, utf8mb4 on MariaDB/MySQL; SQLite: a file in the temporary
+   directory);
 2. fill it with set-based SQL (one ``INSERT ... SELECT`` per table): finished jobs
    spread over the last 30 days, a few thousand of them in the last hour, dead jobs with
    1-3 failed attempts, cancelled jobs, 1.5 % waiting (queued or retrying), a few leased
@@ -22,7 +24,9 @@ It prints a Markdown section (``--write FILE`` also puts it between the
 ``<!-- admin-pages:start -->`` and ``<!-- admin-pages:end -->`` markers of FILE) and,
 with ``--explain``, every query of each page with its median duration, and the plan of
 the slowest one and of any other over ``--explain-ms`` (PostgreSQL:
-``EXPLAIN (ANALYZE, BUFFERS)``; SQLite: ``EXPLAIN QUERY PLAN``).
+``EXPLAIN (ANALYZE, BUFFERS)``; SQLite: ``EXPLAIN QUERY PLAN``; MariaDB:
+``ANALYZE FORMAT=JSON``; MySQL: ``EXPLAIN ANALYZE``). A MariaDB/MySQL run alone writes
+between the ``admin-pages-mysql`` markers, so it never replaces the other databases'.
 
 ``--keep`` leaves the database in place; a later ``--reuse`` measures it again without
 creating the data (migrations are applied first, so new indexes are built; the most
@@ -57,8 +61,10 @@ from benchmarks.harness import log, percentile
 
 SETTINGS_MODULE = "benchmarks.admin_settings"
 MARKERS = harness.Markers("admin-pages")
-DEFAULT_JOBS = {"postgres": 1_000_000, "sqlite": 100_000}
-LABELS = {"postgres": "PostgreSQL", "sqlite": "SQLite"}
+#: Where a run of MariaDB/MySQL alone is written.
+MYSQL_MARKERS = harness.Markers("admin-pages-mysql")
+DEFAULT_JOBS = {"postgres": 1_000_000, "sqlite": 100_000, "mysql": 1_000_000}
+LABELS = {"postgres": "PostgreSQL", "sqlite": "SQLite", "mysql": "MySQL"}
 #: Bump when the generated data changes, so that ``--reuse`` does not measure old data.
 DATA_VERSION = "2"
 #: The table where the generator records what it made (outside Django's models).
@@ -186,29 +192,54 @@ class Layout:
 
 
 class Dialect:
-    """The few expressions that differ between PostgreSQL and SQLite. Times are computed
-    as integer microseconds since the epoch and converted only when a row is written."""
+    """The few expressions that differ between PostgreSQL, SQLite and MySQL/MariaDB. Times
+    are computed as integer microseconds since the epoch and converted only when a row is
+    written.
 
-    def __init__(self, vendor: str) -> None:
+    On MySQL/MariaDB the statements run with ``PIPES_AS_CONCAT`` in the session's
+    ``sql_mode`` (see :func:`insert_jobs_and_attempts`), so ``||`` joins text there too.
+    """
+
+    def __init__(self, vendor: str, *, mariadb: bool = False) -> None:
         self.pg = vendor == "postgresql"
+        self.my = vendor == "mysql"
+        self.mariadb = mariadb
 
     def series(self, count: int) -> str:
         if self.pg:
             # bigint: products of the id with microseconds overflow an integer.
             return f"s(i) AS (SELECT generate_series(1::bigint, {count}))"
+        if self.mariadb:
+            # MariaDB's SEQUENCE engine: a table of 1..count, no recursion. Signed, so
+            # that differences of ids may be negative.
+            return f"s(i) AS (SELECT CAST(seq AS SIGNED) FROM seq_1_to_{count})"
         return f"s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < {count})"
 
     def ts(self, micros: str) -> str:
         if self.pg:
             return f"(TIMESTAMPTZ 'epoch' + ({micros}) * INTERVAL '1 microsecond')"
+        if self.my:
+            # Django stores aware datetimes as naive UTC DATETIME(6) there.
+            return f"TIMESTAMPADD(MICROSECOND, ({micros}), TIMESTAMP '1970-01-01 00:00:00')"
         # Django's own text form of an aware datetime on SQLite (UTC, microseconds).
         return (
             f"(strftime('%Y-%m-%d %H:%M:%S', ({micros}) / 1000000, 'unixepoch') "
             f"|| '.' || printf('%06d', ({micros}) % 1000000))"
         )
 
+    def div(self, value: str, divisor: int) -> str:
+        """Integer division (``/`` is exact division on MySQL/MariaDB)."""
+        return f"({value} DIV {divisor})" if self.my else f"({value} / {divisor})"
+
+    def rows(self, rows: list[str]) -> str:
+        """The body of a CTE of literal rows, each ``"a, b, c"``."""
+        if self.my:
+            # MySQL 8 spells a VALUES row ROW(...), MariaDB does not: SELECTs suit both.
+            return " UNION ALL ".join(f"SELECT {row}" for row in rows)
+        return "VALUES " + ", ".join(f"({row})" for row in rows)
+
     def duration(self, micros: str) -> str:
-        # DurationField: an interval on PostgreSQL, a bigint of microseconds on SQLite.
+        # DurationField: an interval on PostgreSQL, a bigint of microseconds elsewhere.
         return f"(({micros}) * INTERVAL '1 microsecond')" if self.pg else f"({micros})"
 
     def json_object(self, *pairs: str) -> str:
@@ -218,23 +249,34 @@ class Dialect:
         return sql_literal(text) + ("::jsonb" if self.pg else "")
 
     def uuid(self) -> str:
-        # UUIDField: uuid on PostgreSQL, 32 hex characters on SQLite.
-        return "gen_random_uuid()" if self.pg else "lower(hex(randomblob(16)))"
+        # UUIDField: uuid on PostgreSQL (and MariaDB 10.7+), 32 hex characters elsewhere
+        # (which MariaDB's uuid type takes too).
+        if self.pg:
+            return "gen_random_uuid()"
+        if self.my:
+            return "REPLACE(UUID(), '-', '')"
+        return "lower(hex(randomblob(16)))"
 
 
 def base_ctes(layout: Layout, dialect: Dialect, ref: int) -> str:
     """CTEs shared by the two INSERTs: ``kind`` has one row per job with its state and
     its times in microseconds, derived from the id alone, so that the attempts can be
     generated from the same rows without reading the job table back."""
-    handlers = ", ".join(
-        f"({index}, {sql_literal(name)}, {sql_literal(queue)})"
-        for index, (name, queue) in enumerate(HANDLERS)
+    handlers = dialect.rows(
+        [
+            f"{index}, {sql_literal(name)}, {sql_literal(queue)}"
+            for index, (name, queue) in enumerate(HANDLERS)
+        ]
     )
-    errors = ", ".join(
-        f"({index}, {sql_literal(cls)}, {sql_literal(message)}, {sql_literal(outcome)}, "
-        f"{sql_literal(traceback_for(cls, message))})"
-        for index, (cls, message, outcome) in enumerate(ERRORS)
+    errors = dialect.rows(
+        [
+            f"{index}, {sql_literal(cls)}, {sql_literal(message)}, {sql_literal(outcome)}, "
+            f"{sql_literal(traceback_for(cls, message))}"
+            for index, (cls, message, outcome) in enumerate(ERRORS)
+        ]
     )
+    nums = dialect.rows(["1", "2", "3"])
+    div = dialect.div
     older, finished, leased = layout.older, layout.finished, layout.leased
     month = 30 * DAY
     # Spacing of the leased and waiting jobs' creation times (a layout may have none).
@@ -246,9 +288,9 @@ def base_ctes(layout: Layout, dialect: Dialect, ref: int) -> str:
     return f"""
 WITH RECURSIVE
 {dialect.series(layout.jobs)},
-handlers(hidx, hname, hqueue) AS (VALUES {handlers}),
-errors(eidx, eclass, emessage, eoutcome, etraceback) AS (VALUES {errors}),
-nums(n) AS (VALUES (1), (2), (3)),
+handlers(hidx, hname, hqueue) AS ({handlers}),
+errors(eidx, eclass, emessage, eoutcome, etraceback) AS ({errors}),
+nums(n) AS ({nums}),
 hashed AS (
     SELECT i,
         (i * 2654435761) % 1000 AS h,
@@ -268,18 +310,18 @@ hashed AS (
 staged AS (
     SELECT i, h2, h3, c,
         h2 % {len(HANDLERS)} AS hn,
-        (h2 / 20) % {len(ERRORS)} AS e,
+        {div("h2", 20)} % {len(ERRORS)} AS e,
         CASE
             WHEN i > {finished + leased} THEN
-                CASE WHEN (h2 / 720) % 5 = 0 THEN 'retrying' ELSE 'queued' END
+                CASE WHEN {div("h2", 720)} % 5 = 0 THEN 'retrying' ELSE 'queued' END
             WHEN i > {finished} THEN 'leased'
             WHEN h < 30 THEN 'dead'
             WHEN h < 50 THEN 'cancelled'
             ELSE 'completed'
         END AS state,
         (h3 % 2000) * 1000 AS wait,
-        20000 + ((h3 / 2000) % 3000) * 1000 AS dur,
-        (h2 / 120) % 6 AS dice
+        20000 + ({div("h3", 2000)} % 3000) * 1000 AS dur,
+        {div("h2", 120)} % 6 AS dice
     FROM hashed
 ),
 counted AS (
@@ -325,10 +367,11 @@ def job_columns(layout: Layout, dialect: Dialect, ref: int, node_ids: list[int])
             "'order_id'", "k.i", "'customer'", "'cus_' || (k.i % 50000)", "'source'", "'web'"
         ),
         # A quarter of the jobs are enqueued with a key, like "shop.send_receipt:123".
-        "idempotency_key": "CASE WHEN (k.h2 / 3600) % 4 = 0 THEN hd.hname || ':' || k.i END",
+        "idempotency_key": f"CASE WHEN {dialect.div('k.h2', 3600)} % 4 = 0 "
+        "THEN hd.hname || ':' || k.i END",
         "unique_states": "''",
         "state": "k.state",
-        "priority": "CASE WHEN (k.h3 / 6000000) % 10 = 0 THEN 10 ELSE 0 END",
+        "priority": f"CASE WHEN {dialect.div('k.h3', 6000000)} % 10 = 0 THEN 10 ELSE 0 END",
         "attempts": "k.na",
         # A dead job has used all of its retries.
         "max_retries": "CASE WHEN k.state = 'dead' THEN k.na - 1 ELSE 10 END",
@@ -420,7 +463,8 @@ class Database:
         from django.db import connection
 
         self.connection = connection
-        self.vendor = connection.vendor  # "postgresql" or "sqlite"
+        self.vendor = connection.vendor  # "postgresql", "sqlite" or "mysql"
+        self.mariadb = self.vendor == "mysql" and bool(connection.mysql_is_mariadb)
 
     def execute(self, sql: str, params: Any = None) -> Any:
         with self.connection.cursor() as cursor:
@@ -432,10 +476,15 @@ class Database:
         if self.vendor == "postgresql":
             # VACUUM also sets the visibility map, without which no scan is index-only.
             self.execute("VACUUM ANALYZE" if vacuum else "ANALYZE")
+        elif self.vendor == "mysql":
+            # InnoDB's statistics of every table (there is no VACUUM to run).
+            quote = self.connection.ops.quote_name
+            tables = ", ".join(quote(t) for t in self.connection.introspection.table_names())
+            self.execute(f"ANALYZE TABLE {tables}")
         else:
             self.execute("ANALYZE")
             self.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        what = "VACUUM ANALYZE" if vacuum else "ANALYZE"
+        what = "VACUUM ANALYZE" if vacuum and self.vendor == "postgresql" else "ANALYZE"
         log(f"  {what} in {time.perf_counter() - started:.1f} s")
 
     def facts(self) -> dict[str, str]:
@@ -447,6 +496,24 @@ class Database:
                 settings.append(f"{name}={self.execute(f'SHOW {name}')[0][0]}")
             (size,) = self.execute("SELECT pg_size_pretty(pg_database_size(current_database()))")[0]
             return {"version": version, "settings": ", ".join(settings), "size": size}
+        if self.vendor == "mysql":
+            names = ("innodb_buffer_pool_size", "innodb_flush_log_at_trx_commit")
+            settings = []
+            for name in names:
+                value = self.execute("SHOW GLOBAL VARIABLES LIKE %s", [name])[0][1]
+                if name == "innodb_buffer_pool_size":
+                    value = f"{int(value) // 1024**2}MB"
+                settings.append(f"{name}={value}")
+            (version,) = self.execute("SELECT VERSION()")[0]
+            (size,) = self.execute(
+                "SELECT SUM(data_length + index_length) FROM information_schema.tables "
+                "WHERE table_schema = DATABASE()"
+            )[0]
+            return {
+                "version": version,
+                "settings": ", ".join(settings),
+                "size": f"{int(size) / 1024**2:,.0f} MB",
+            }
         (version,) = self.execute("SELECT sqlite_version()")[0]
         (journal,) = self.execute("PRAGMA journal_mode")[0]
         (cache,) = self.execute("PRAGMA cache_size")[0]
@@ -463,14 +530,15 @@ class Database:
         if not sql.lstrip().upper().startswith("SELECT"):
             # EXPLAIN ANALYZE runs the statement: never a write.
             return "(not a SELECT: not explained)"
-        prefix = (
-            "EXPLAIN (ANALYZE, BUFFERS) " if self.vendor == "postgresql" else "EXPLAIN QUERY PLAN "
-        )
+        prefix = {
+            "postgresql": "EXPLAIN (ANALYZE, BUFFERS) ",
+            "mysql": "ANALYZE FORMAT=JSON " if self.mariadb else "EXPLAIN ANALYZE ",
+        }.get(self.vendor, "EXPLAIN QUERY PLAN ")
         try:
             rows = self.execute(prefix + sql, params)
         except Exception as exc:
             return f"(EXPLAIN failed: {exc})"
-        if self.vendor == "postgresql":
+        if self.vendor in ("postgresql", "mysql"):
             return "\n".join(row[0] for row in rows)
         return "\n".join(f"{'  ' * int(row[1] > 0)}{row[-1]}" for row in rows)
 
@@ -485,32 +553,53 @@ def insert_jobs_and_attempts(
 
     from durable_jobs.models import Attempt, Job
 
-    dialect = Dialect(database.vendor)
+    dialect = Dialect(database.vendor, mariadb=database.mariadb)
     ctes = base_ctes(layout, dialect, ref)
     quote = database.connection.ops.quote_name
-    columns = job_columns(layout, dialect, ref, node_ids)
-    complete_columns(Job, columns, ref, dialect)
-    insert_counted(
-        database,
-        Job,
-        f"{ctes} INSERT INTO {quote(Job._meta.db_table)} "
-        f"({', '.join(quote(c) for c in columns)}) "
-        f"SELECT {', '.join(columns.values())} FROM kind k "
-        "JOIN handlers hd ON hd.hidx = k.hn JOIN errors er ON er.eidx = k.e",
-    )
-    columns = attempt_columns(dialect)
-    complete_columns(Attempt, columns, ref, dialect)
-    # CROSS JOIN: SQLite keeps the written order (one job's attempts side by side).
-    insert_counted(
-        database,
-        Attempt,
-        f"{ctes} INSERT INTO {quote(Attempt._meta.db_table)} "
-        f"({', '.join(quote(c) for c in columns)}) "
-        f"SELECT {', '.join(columns.values())} FROM kind k CROSS JOIN nums nu "
-        "JOIN handlers hd ON hd.hidx = k.hn JOIN errors er ON er.eidx = k.e "
-        "WHERE nu.n <= k.na AND k.state IN ('completed', 'dead', 'retrying')",
-    )
-    # The ids were written explicitly: move the sequences past them.
+
+    def insert(model: Any, columns: dict[str, str], rest: str) -> str:
+        into = f"INSERT INTO {quote(model._meta.db_table)} ({', '.join(quote(c) for c in columns)})"
+        select = f"SELECT {', '.join(columns.values())} {rest}"
+        # MySQL/MariaDB put the CTEs after INSERT INTO, PostgreSQL and SQLite before it.
+        return f"{into} {ctes} {select}" if dialect.my else f"{ctes} {into} {select}"
+
+    if dialect.my:
+        # ``||`` joins text, as elsewhere; and, for MySQL 8's recursive series, deep
+        # enough recursion (MariaDB's series is a SEQUENCE table).
+        database.execute("SET SESSION sql_mode = CONCAT(@@sql_mode, ',PIPES_AS_CONCAT')")
+        if not dialect.mariadb:
+            database.execute(f"SET SESSION cte_max_recursion_depth = {layout.jobs + 1}")
+    try:
+        columns = job_columns(layout, dialect, ref, node_ids)
+        complete_columns(Job, columns, ref, dialect)
+        insert_counted(
+            database,
+            Job,
+            insert(
+                Job,
+                columns,
+                "FROM kind k JOIN handlers hd ON hd.hidx = k.hn JOIN errors er ON er.eidx = k.e",
+            ),
+        )
+        columns = attempt_columns(dialect)
+        complete_columns(Attempt, columns, ref, dialect)
+        # CROSS JOIN: SQLite keeps the written order (one job's attempts side by side).
+        insert_counted(
+            database,
+            Attempt,
+            insert(
+                Attempt,
+                columns,
+                "FROM kind k CROSS JOIN nums nu "
+                "JOIN handlers hd ON hd.hidx = k.hn JOIN errors er ON er.eidx = k.e "
+                "WHERE nu.n <= k.na AND k.state IN ('completed', 'dead', 'retrying')",
+            ),
+        )
+    finally:
+        if dialect.my:
+            database.execute("SET SESSION sql_mode = REPLACE(@@sql_mode, 'PIPES_AS_CONCAT', '')")
+    # The ids were written explicitly: move the sequences past them (MySQL/MariaDB's
+    # AUTO_INCREMENT moves by itself).
     for sql in database.connection.ops.sequence_reset_sql(no_style(), [Job, Attempt]):
         database.execute(sql)
 
@@ -574,16 +663,21 @@ class DataSet:
         tables = self.database.connection.introspection.table_names()
         if META_TABLE not in tables:
             return {}
-        return dict(self.database.execute(f"SELECT key, value FROM {META_TABLE}"))
+        key, value = self.meta_columns()
+        return dict(self.database.execute(f"SELECT {key}, {value} FROM {META_TABLE}"))
+
+    def meta_columns(self) -> tuple[str, str]:
+        # KEY is a reserved word on MySQL/MariaDB: quoted, as each database quotes names.
+        quote = self.database.connection.ops.quote_name
+        return quote("key"), quote("value")
 
     def write_meta(self, values: dict[str, str]) -> None:
         execute = self.database.execute
-        execute(
-            f"CREATE TABLE IF NOT EXISTS {META_TABLE} (key varchar(50) PRIMARY KEY, value text)"
-        )
+        k, v = self.meta_columns()
+        execute(f"CREATE TABLE IF NOT EXISTS {META_TABLE} ({k} varchar(50) PRIMARY KEY, {v} text)")
         for key, value in values.items():
-            execute(f"DELETE FROM {META_TABLE} WHERE key = %s", [key])
-            execute(f"INSERT INTO {META_TABLE} (key, value) VALUES (%s, %s)", [key, value])
+            execute(f"DELETE FROM {META_TABLE} WHERE {k} = %s", [key])
+            execute(f"INSERT INTO {META_TABLE} ({k}, {v}) VALUES (%s, %s)", [key, value])
 
     def has_jobs(self) -> bool:
         from durable_jobs.models import Job
@@ -953,6 +1047,10 @@ def create_database(vendor: str, options: argparse.Namespace) -> None:
             for file in sqlite_files(path):
                 file.unlink(missing_ok=True)
         return
+    if vendor == "mysql":
+        if not (options.reuse and harness.mysql_database_exists(options)):
+            harness.create_mysql_database(options, replace=True)
+        return
     if options.reuse and harness.postgres_database_exists(options):
         return
     # The database is this benchmark's own: an old one is from an interrupted or --keep run.
@@ -963,6 +1061,9 @@ def drop_database(vendor: str, options: argparse.Namespace) -> None:
     if vendor == "sqlite":
         for file in sqlite_files(Path(options.sqlite_path)):
             file.unlink(missing_ok=True)
+        return
+    if vendor == "mysql":
+        harness.drop_mysql_database(options)
         return
     harness.drop_postgres_database(options)
 
@@ -975,6 +1076,8 @@ def run_database(vendor: str, options: argparse.Namespace) -> dict[str, Any]:
     if options.queue_param:
         command += ["--queue-param", options.queue_param]
     command += ["--explain-ms", str(options.explain_ms)]
+    if vendor == "mysql":
+        command += harness.mysql_argv(options)
     for flag in ("explain", "reuse"):
         if getattr(options, flag):
             command.append(f"--{flag}")
@@ -988,22 +1091,29 @@ def run_database(vendor: str, options: argparse.Namespace) -> dict[str, Any]:
             drop_database(vendor, options)
 
 
-def machine_facts() -> list[tuple[str, str]]:
+def machine_facts(*, mysql: bool = False) -> list[tuple[str, str]]:
     return [
         harness.cpu_fact(),
         harness.memory_fact(),
         ("Load average (1, 5, 15 min) at the end", harness.load_average()),
-        *harness.software_facts(),
+        *harness.software_facts(mysql=mysql),
     ]
 
 
+def label_of(vendor: str, result: dict[str, Any]) -> str:
+    """The database's name in the report (MariaDB or MySQL, from the server's version)."""
+    if vendor == "mysql":
+        return harness.mysql_server_label(result["database"]["version"])
+    return LABELS[vendor]
+
+
 def render(results: dict[str, dict[str, Any]], options: argparse.Namespace, argv: list[str]) -> str:
-    facts = machine_facts()
+    facts = machine_facts(mysql="mysql" in results)
     for vendor, result in results.items():
         database = result["database"]
         facts.append(
             (
-                LABELS[vendor],
+                label_of(vendor, result),
                 f"{database['version']} ({database['settings']}); database size {database['size']}",
             )
         )
@@ -1015,7 +1125,7 @@ def render(results: dict[str, dict[str, Any]], options: argparse.Namespace, argv
             made = f"created on {data['created']} in {data['seconds']:.0f} s (reused)"
         else:
             made = f"created in {data['seconds']:.0f} s"
-        lines += ["", f"**{LABELS[vendor]}**: {rows['jobs']:,} jobs ({states}), "]
+        lines += ["", f"**{label_of(vendor, result)}**: {rows['jobs']:,} jobs ({states}), "]
         lines[-1] += (
             f"{rows['attempts']:,} attempts, {rows['nodes']} nodes; "
             f"{rows['completed_last_hour']:,} jobs completed in the last hour; {made}."
@@ -1060,7 +1170,8 @@ def render_explains(results: dict[str, dict[str, Any]]) -> str:
         for page in result["pages"]:
             if "explains" not in page:
                 continue
-            lines += ["", f"### {LABELS[vendor]}: {page['label']} ({page['median_ms']:.0f} ms)"]
+            title = f"{label_of(vendor, result)}: {page['label']} ({page['median_ms']:.0f} ms)"
+            lines += ["", f"### {title}"]
             lines += ["", "Every query of the page (median ms, the start of its SQL):", ""]
             lines += [f"    {q['ms']:8.2f}  {q['sql'][:150]}" for q in page["all_queries"]]
             for index, explained in enumerate(page["explains"]):
@@ -1070,12 +1181,16 @@ def render_explains(results: dict[str, dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_section(path: Path, block: str) -> None:
-    """Replace the block between the markers of ``path``, or append it under a heading."""
+def write_section(path: Path, block: str, *, mysql: bool = False) -> None:
+    """Replace the block between the markers of ``path`` (a MariaDB/MySQL run alone: the
+    ``admin-pages-mysql`` ones), or append it under a heading."""
+    markers, heading = (
+        (MYSQL_MARKERS, "## Admin pages on MariaDB") if mysql else (MARKERS, "## Admin pages")
+    )
     text = path.read_text() if path.exists() else ""
-    replaced = MARKERS.replace_in(text, block)
+    replaced = markers.replace_in(text, block)
     if replaced is None:
-        replaced = text.rstrip("\n") + "\n\n## Admin pages\n\n" + MARKERS.wrap(block) + "\n"
+        replaced = text.rstrip("\n") + f"\n\n{heading}\n\n" + markers.wrap(block) + "\n"
     path.write_text(replaced)
 
 
@@ -1084,15 +1199,17 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--database",
         "--db",
-        choices=["postgres", "sqlite", "both"],
+        choices=["postgres", "sqlite", "both", "mysql"],
         default="both",
-        help="Databases to measure (default both).",
+        help="Databases to measure (default both: PostgreSQL and SQLite; mysql: the "
+        "--mysql-* server, MariaDB or MySQL 8).",
     )
     parser.add_argument(
         "--jobs",
         type=int,
         default=None,
-        help="Job rows to create (default 1,000,000 on PostgreSQL, 100,000 on SQLite).",
+        help="Job rows to create (default 1,000,000 on PostgreSQL and MariaDB/MySQL, "
+        "100,000 on SQLite).",
     )
     parser.add_argument(
         "--runs", type=int, default=20, help="Timed requests per page (default 20)."
@@ -1137,6 +1254,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         dbname_help="The benchmark's own database, dropped and created again "
         "(default dj_admin_bench).",
     )
+    harness.add_mysql_arguments(
+        parser,
+        dbname="dj_admin_bench",
+        dbname_help="The benchmark's own MariaDB/MySQL database, dropped and created again "
+        "(default dj_admin_bench).",
+    )
     parser.add_argument(
         "--sqlite-path",
         type=Path,
@@ -1146,7 +1269,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--timeout", type=float, default=1800, help="Seconds allowed per database (default 1800)."
     )
-    parser.add_argument("--phase", choices=["postgres", "sqlite"], help=argparse.SUPPRESS)
+    parser.add_argument("--phase", choices=["postgres", "sqlite", "mysql"], help=argparse.SUPPRESS)
     options = parser.parse_args(argv)
     if options.jobs is not None and options.jobs < 10_000:
         parser.error("--jobs must be at least 10000")
@@ -1167,7 +1290,7 @@ def main(argv: list[str]) -> int:
     if options.explain:
         print(render_explains(results))
     if options.write is not None:
-        write_section(options.write, block)
+        write_section(options.write, block, mysql=vendors == ["mysql"])
         log(f"wrote {options.write}")
     return 0
 

@@ -8,10 +8,13 @@ Systems (``--only`` takes these names): durable_jobs on PostgreSQL
 (``durable_jobs_pg``) and on SQLite (``durable_jobs_sqlite``), ``procrastinate``,
 ``django_tasks_db``, ``django_q2`` (ORM broker), ``celery_redis`` (Celery with a local
 Redis), and ``pgbench``, the ceiling; ``scale`` is ``benchmarks/scale.py``'s flat cost
-and memory figures. Each peer is installed from PyPI at pinned versions into a
-virtualenv of its own under ``benchmarks/.venvs/`` and runs there, its worker
-processes included; each PostgreSQL system gets a fresh database of its own
-(``peers_<system>``, created and dropped by the run, never an existing one).
+and memory figures. On MariaDB (or MySQL 8, the ``--mysql-*`` server), only when
+``--only`` names them: ``durable_jobs_mysql``, ``django_tasks_db_mysql`` and
+``django_q2_mysql`` (the same projects as their PostgreSQL rows). Each peer is installed
+from PyPI at pinned versions into a virtualenv of its own under ``benchmarks/.venvs/``
+and runs there, its worker processes included; each PostgreSQL or MariaDB system gets a
+fresh database of its own (``peers_<system>``, utf8mb4 on MariaDB, created and dropped
+by the run, never an existing one).
 
 Measured for every system, one measurement at a time for all systems before the next,
 so that all see about the same load on a shared machine: enqueue one job per
@@ -44,14 +47,14 @@ if __package__ in (None, ""):
     # Run as a script: the repository's root must be importable for ``benchmarks``.
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks import harness
+from benchmarks import harness, run
 from benchmarks.harness import log
 from benchmarks.peers import report, venvs
 from benchmarks.peers.base import Adapter, Context
 from benchmarks.peers.celery_redis import CeleryRedis
-from benchmarks.peers.django_q2 import DjangoQ2
-from benchmarks.peers.django_tasks_db import DjangoTasksDb
-from benchmarks.peers.durable_jobs import DurableJobsPostgres, DurableJobsSqlite
+from benchmarks.peers.django_q2 import DjangoQ2, DjangoQ2Mysql
+from benchmarks.peers.django_tasks_db import DjangoTasksDb, DjangoTasksDbMysql
+from benchmarks.peers.durable_jobs import DurableJobsMysql, DurableJobsPostgres, DurableJobsSqlite
 from benchmarks.peers.pgbench import Pgbench
 from benchmarks.peers.procrastinate import Procrastinate
 
@@ -64,10 +67,17 @@ SYSTEMS: tuple[type[Adapter], ...] = (
     CeleryRedis,
     Pgbench,
 )
+#: Run only when ``--only`` names them, so that the full run stays what it was.
+MYSQL_SYSTEMS: tuple[type[Adapter], ...] = (DurableJobsMysql, DjangoTasksDbMysql, DjangoQ2Mysql)
 MARKERS = harness.Markers("peer-comparison")
 SECTION = "## Side by side with the peers"
 #: The chart, relative to the directory of the page ``--write`` writes.
 CHART = Path("_static/benchmarks/peers.png")
+#: Where ``--write`` puts a run that includes MariaDB systems: a block of its own, so
+#: that it never replaces the full run's.
+MYSQL_MARKERS = harness.Markers("peer-comparison-mysql")
+MYSQL_SECTION = "## MariaDB"
+MYSQL_CHART = Path("_static/benchmarks/peers-mysql.png")
 TOOLS_REQUIREMENTS = ("matplotlib==3.11.2",)
 SCALE_SCRIPT = harness.REPO / "benchmarks" / "scale.py"
 
@@ -230,6 +240,20 @@ def postgres_fact(options: argparse.Namespace) -> tuple[str, str]:
     return ("PostgreSQL", f"{version} ({', '.join(settings)})")
 
 
+def mysql_fact(options: argparse.Namespace) -> tuple[str, str]:
+    try:
+        connection = harness.mysql_connect(options)
+    except Exception as exc:  # the report still says what it can
+        return ("MariaDB/MySQL", f"unavailable: {exc}")
+    try:
+        facts = run.mysql_facts(connection.cursor())
+    finally:
+        connection.close()
+    label, version = facts["version"].split(" ", 1)
+    note = "; the Django projects' connections use READ COMMITTED, Django's default"
+    return (label, f"{version} ({facts['settings']}{note})")
+
+
 def machine_facts(options: argparse.Namespace, systems: dict[str, Any]) -> list[tuple[str, str]]:
     facts = [
         harness.cpu_fact(),
@@ -239,6 +263,8 @@ def machine_facts(options: argparse.Namespace, systems: dict[str, Any]) -> list[
         ("Python (every virtualenv)", platform.python_version()),
         postgres_fact(options),
     ]
+    if any(system.key in systems for system in MYSQL_SYSTEMS):
+        facts.append(mysql_fact(options))
     celery = systems.get("celery_redis", {}).get("facts", {})
     if celery.get("server"):
         facts.append(("Redis", f"{celery['server'][6:]} ({celery['persistence']})"))
@@ -282,7 +308,7 @@ def collect(
             workers_note=adapter.workers_note,
             bulk_note=adapter.bulk_note,
             finish_note=adapter.finish_note,
-            where=f"database `{adapter.dbname}`" if adapter.uses_postgres else "",
+            where=adapter.where,
         )
         if adapter.key == "celery_redis":
             entry["where"] = f"Redis `{options.redis_url}`"
@@ -331,13 +357,15 @@ def draw_chart(results: dict[str, Any], path: Path, scratch: Path) -> bool:
     return process.returncode == 0
 
 
-def write_page(path: Path, block: str) -> None:
-    """Replace the block between the markers; without them, add the section before the
-    page's results (or at its end)."""
+def write_page(path: Path, block: str, *, mysql: bool = False) -> None:
+    """Replace the block between the markers (a run with MariaDB systems: the
+    ``peer-comparison-mysql`` ones); without them, add the section before the page's
+    results (or at its end)."""
+    markers, heading = (MYSQL_MARKERS, MYSQL_SECTION) if mysql else (MARKERS, SECTION)
     text = path.read_text() if path.exists() else "# Benchmarks\n"
-    replaced = MARKERS.replace_in(text, block)
+    replaced = markers.replace_in(text, block)
     if replaced is None:
-        section = f"{SECTION}\n\n{MARKERS.wrap(block)}\n\n"
+        section = f"{heading}\n\n{markers.wrap(block)}\n\n"
         if "\n## Results\n" in text:
             before, after = text.split("\n## Results\n", 1)
             replaced = f"{before}\n{section}## Results\n{after}"
@@ -352,7 +380,7 @@ def write_page(path: Path, block: str) -> None:
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    names = [system.key for system in SYSTEMS] + ["scale"]
+    names = [system.key for system in (*SYSTEMS, *MYSQL_SYSTEMS)] + ["scale"]
     parser = argparse.ArgumentParser(
         description="durable_jobs side by side with Procrastinate, django-tasks-db, Django-Q2, "
         "Celery on Redis and a pgbench ceiling, on this machine, in one run.",
@@ -374,7 +402,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         type=Path,
         default=None,
         help=f"Write the results into this Markdown page (between the {MARKERS.name} markers) "
-        f"and the chart beside it, in {CHART}.",
+        f"and the chart beside it, in {CHART}; a run with MariaDB systems between the "
+        f"{MYSQL_MARKERS.name} markers, with the chart in {MYSQL_CHART}.",
     )
     parser.add_argument("--json", type=Path, default=None, help="Also save the raw results here.")
     parser.add_argument(
@@ -411,6 +440,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     parser.add_argument("--seed", type=int, default=1234, help="Seed of the latency spacing.")
     harness.add_postgres_arguments(parser, dbname="", dbname_help=argparse.SUPPRESS)
+    harness.add_mysql_arguments(parser, dbname="", dbname_help=argparse.SUPPRESS)
     options = parser.parse_args(argv)
     options.only = {name.strip() for name in options.only.split(",") if name.strip()}
     if unknown := options.only - set(names):
@@ -439,12 +469,19 @@ def main(argv: list[str]) -> int:
     scratch = Path(tempfile.mkdtemp(prefix="peers_compare_"))
     context = Context(options=options, deadline=started + options.timeout, scratch=scratch)
     chosen = [s for s in SYSTEMS if not options.only or s.key in options.only]
+    chosen += [s for s in MYSQL_SYSTEMS if s.key in options.only]
     adapters = [system(context) for system in chosen]
-    existing = [adapter.dbname for adapter in adapters if adapter.database_exists()]
+    mysql = any(adapter.uses_mysql for adapter in adapters)
+    existing = [adapter for adapter in adapters if adapter.database_exists()]
     if existing:
+        names = ", ".join(
+            f"{adapter.dbname} ({'MariaDB/MySQL' if adapter.uses_mysql else 'PostgreSQL'})"
+            for adapter in existing
+        )
         raise SystemExit(
-            f"database(s) {', '.join(existing)} already exist (left by an interrupted run?); "
-            f"drop them (dropdb -h {options.pg_host} -U {options.pg_user} NAME) and run again"
+            f"database(s) {names} already exist (left by an interrupted run?); drop them "
+            f"(dropdb -h {options.pg_host} -U {options.pg_user} NAME, or DROP DATABASE NAME "
+            "on MariaDB/MySQL) and run again"
         )
     try:
         for adapter in adapters:
@@ -465,7 +502,7 @@ def main(argv: list[str]) -> int:
             options.json.write_text(json.dumps(results, indent=2))
         chart = None
         if options.write is not None:
-            image = options.write.resolve().parent / CHART
+            image = options.write.resolve().parent / (MYSQL_CHART if mysql else CHART)
             if draw_chart(results, image, scratch):
                 chart = os.path.relpath(image, options.write.resolve().parent)
                 log(f"wrote {image}")
@@ -474,7 +511,7 @@ def main(argv: list[str]) -> int:
         for check in report.checks(results):
             print(check.line())
         if options.write is not None:
-            write_page(options.write, block)
+            write_page(options.write, block, mysql=mysql)
             log(f"wrote {options.write}")
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

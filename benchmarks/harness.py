@@ -1,4 +1,5 @@
-"""What the benchmark scripts share: phases, PostgreSQL databases, the machine, Markdown.
+"""What the benchmark scripts share: phases, PostgreSQL and MySQL/MariaDB databases, the
+machine, Markdown.
 
 Django is configured once per process, from one settings module, so each script
 measures each database in a child process of its own, a *phase* (the script run again
@@ -153,6 +154,119 @@ def drop_postgres_database(options: argparse.Namespace) -> None:
 
 
 # ================================================================================================
+# MySQL and MariaDB: the server, and the database a benchmark creates for itself
+# ================================================================================================
+
+
+def add_mysql_arguments(parser: argparse.ArgumentParser, *, dbname: str, dbname_help: str) -> None:
+    """``--mysql-host``, ``--mysql-port``, ``--mysql-user`` (the local server as ``root``
+    unless ``$MYSQL_HOST``, ``$MYSQL_TCP_PORT`` or ``$MYSQL_USER`` say otherwise;
+    ``$MYSQL_PWD`` is used if set) and ``--mysql-dbname``, the benchmark's own database."""
+    parser.add_argument(
+        "--mysql-host",
+        default=os.environ.get("MYSQL_HOST", "127.0.0.1"),
+        help="MySQL or MariaDB host (default $MYSQL_HOST or 127.0.0.1).",
+    )
+    parser.add_argument(
+        "--mysql-port",
+        type=int,
+        default=int(os.environ.get("MYSQL_TCP_PORT", "3306")),
+        help="MySQL or MariaDB port (default $MYSQL_TCP_PORT or 3306).",
+    )
+    parser.add_argument(
+        "--mysql-user",
+        default=os.environ.get("MYSQL_USER", "root"),
+        help="MySQL or MariaDB user (default $MYSQL_USER or root); $MYSQL_PWD is used if set.",
+    )
+    parser.add_argument("--mysql-dbname", default=dbname, help=dbname_help)
+
+
+def mysql_argv(options: argparse.Namespace) -> list[str]:
+    """The ``--mysql-*`` options again, for a process that connects to the server itself."""
+    values = {
+        "--mysql-host": options.mysql_host,
+        "--mysql-port": str(options.mysql_port),
+        "--mysql-user": options.mysql_user,
+        "--mysql-dbname": options.mysql_dbname,
+    }
+    return [word for option in values.items() for word in option]
+
+
+def mysql_connect(options: argparse.Namespace, dbname: str | None = None) -> Any:
+    """A mysqlclient connection in autocommit mode, to ``dbname`` or to no database."""
+    import MySQLdb
+
+    kwargs: dict[str, Any] = {"database": dbname} if dbname else {}
+    connection = MySQLdb.connect(
+        host=options.mysql_host,
+        port=options.mysql_port,
+        user=options.mysql_user,
+        password=os.environ.get("MYSQL_PWD", ""),
+        charset="utf8mb4",
+        connect_timeout=10,
+        **kwargs,
+    )
+    connection.autocommit(True)
+    return connection
+
+
+def mysql_query(options: argparse.Namespace, sql: str, params: Any = None) -> list[Any]:
+    """Run one statement on the server (no database selected); its rows."""
+    connection = mysql_connect(options)
+    try:
+        cursor = connection.cursor()
+        cursor.execute(sql, params)
+        return list(cursor.fetchall()) if cursor.description else []
+    finally:
+        connection.close()
+
+
+def mysql_database_exists(options: argparse.Namespace) -> bool:
+    rows = mysql_query(
+        options,
+        "SELECT 1 FROM information_schema.schemata WHERE schema_name = %s",
+        [options.mysql_dbname],
+    )
+    return bool(rows)
+
+
+def create_mysql_database(options: argparse.Namespace, *, replace: bool) -> None:
+    """Create ``--mysql-dbname`` in utf8mb4 (durable_jobs' check E022 asks for it). If it
+    exists: drop it first with ``replace``, else refuse, as for PostgreSQL."""
+    name = options.mysql_dbname
+    if not replace and mysql_database_exists(options):
+        raise SystemExit(
+            f"database {name!r} already exists on {options.mysql_host}:{options.mysql_port} "
+            f"(left by an interrupted run?); drop it (DROP DATABASE `{name}`) or pass "
+            "--mysql-dbname"
+        )
+    if replace:
+        mysql_query(options, f"DROP DATABASE IF EXISTS `{name}`")
+    mysql_query(
+        options, f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci"
+    )
+
+
+def drop_mysql_database(options: argparse.Namespace) -> None:
+    """Drop ``--mysql-dbname``, after ending the sessions a killed phase may have left in it
+    (a session holding a lock on one of its tables would keep DROP waiting)."""
+    name = options.mysql_dbname
+    for (session,) in mysql_query(
+        options,
+        "SELECT id FROM information_schema.processlist WHERE db = %s AND id <> CONNECTION_ID()",
+        [name],
+    ):
+        with contextlib.suppress(Exception):
+            mysql_query(options, f"KILL {int(session)}")
+    mysql_query(options, f"DROP DATABASE IF EXISTS `{name}`")
+
+
+def mysql_server_label(version: str) -> str:
+    """ "MariaDB" or "MySQL", from the server's version string."""
+    return "MariaDB" if "mariadb" in version.lower() else "MySQL"
+
+
+# ================================================================================================
 # Phases: one database each, in a child process
 # ================================================================================================
 
@@ -173,6 +287,11 @@ def child_env(
         env["DURABLE_JOBS_BENCH_PG_HOST"] = options.pg_host
         env["DURABLE_JOBS_BENCH_PG_PORT"] = str(options.pg_port)
         env["DURABLE_JOBS_BENCH_PG_USER"] = options.pg_user
+    elif vendor == "mysql":
+        env["DURABLE_JOBS_BENCH_MY_NAME"] = options.mysql_dbname
+        env["DURABLE_JOBS_BENCH_MY_HOST"] = options.mysql_host
+        env["DURABLE_JOBS_BENCH_MY_PORT"] = str(options.mysql_port)
+        env["DURABLE_JOBS_BENCH_MY_USER"] = options.mysql_user
     elif getattr(options, "sqlite_path", None):
         # run.py's phase has no such option: the workers it starts inherit the variable.
         env["DURABLE_JOBS_BENCH_SQLITE_PATH"] = str(options.sqlite_path)
@@ -287,8 +406,10 @@ def load_average() -> str:
     return ", ".join(f"{value:.1f}" for value in os.getloadavg())
 
 
-def software_facts() -> list[tuple[str, str]]:
-    """The OS, Python, Django and, if installed, psycopg."""
+def software_facts(*, mysql: bool = False) -> list[tuple[str, str]]:
+    """The OS, Python, Django and, if installed, psycopg (and with ``mysql``, mysqlclient)."""
+    from importlib import metadata
+
     import django
 
     facts = [
@@ -300,6 +421,9 @@ def software_facts() -> list[tuple[str, str]]:
         import psycopg
 
         facts.append(("psycopg", psycopg.__version__))
+    if mysql:
+        with contextlib.suppress(metadata.PackageNotFoundError):
+            facts.append(("mysqlclient", metadata.version("mysqlclient")))
     return facts
 
 

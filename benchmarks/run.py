@@ -263,6 +263,8 @@ class Phase:
                     "settings": f"journal_mode={journal}, synchronous={sync}, "
                     f"transaction_mode={mode}",
                 }
+            if self.vendor == "mysql":
+                return mysql_facts(cursor)
             cursor.execute("SHOW server_version")
             version = cursor.fetchone()[0]
             settings = []
@@ -277,6 +279,19 @@ class Phase:
             if self.vendor == "postgres":
                 # CASCADE: the tables that reference jobs (client requests) go too.
                 cursor.execute(f"TRUNCATE {self.attempt_table}, {self.job_table} CASCADE")
+            elif self.vendor == "mysql":
+                # TRUNCATE refuses a table other tables reference, even when they are
+                # empty: the references are left unchecked while every table goes.
+                from durable_jobs.models import Job
+
+                tables = {rel.related_model._meta.db_table for rel in Job._meta.related_objects}
+                quote = self.connection.ops.quote_name
+                cursor.execute("SET FOREIGN_KEY_CHECKS = 0")
+                try:
+                    for table in [*sorted(tables), Job._meta.db_table]:
+                        cursor.execute(f"TRUNCATE TABLE {quote(table)}")
+                finally:
+                    cursor.execute("SET FOREIGN_KEY_CHECKS = 1")
             else:
                 cursor.execute(f"DELETE FROM {self.attempt_table}")
                 cursor.execute(f"DELETE FROM {self.job_table}")
@@ -284,7 +299,11 @@ class Phase:
 
     def analyze(self) -> None:
         with self.connection.cursor() as cursor:
-            cursor.execute(f"ANALYZE {self.job_table}")
+            if self.vendor == "mysql":
+                cursor.execute(f"ANALYZE TABLE {self.job_table}")
+                cursor.fetchall()
+            else:
+                cursor.execute(f"ANALYZE {self.job_table}")
 
     def commits(self) -> int | None:
         """PostgreSQL: transactions committed in this database so far (None on SQLite).
@@ -641,6 +660,38 @@ class Phase:
             result = self.pickup_latency(latency_jobs, poll)
             out["latency"].append(result)
             log(f"[{name}]   p50 {result['p50_ms']:.1f} ms, p95 {result['p95_ms']:.1f} ms")
+
+
+#: Server settings reported with MySQL and MariaDB figures: durability of a commit, the
+#: buffer pool, and the isolation level connections get unless they ask for another.
+MYSQL_SETTINGS = (
+    "innodb_flush_log_at_trx_commit",
+    "sync_binlog",
+    "log_bin",
+    "innodb_buffer_pool_size",
+    "transaction_isolation",
+)
+
+
+def mysql_facts(cursor: Any) -> dict[str, str]:
+    """The server's product and version, and :data:`MYSQL_SETTINGS`, through ``cursor``
+    (DB-API, on any database of the server)."""
+    cursor.execute("SELECT VERSION()")
+    version = cursor.fetchone()[0]
+    settings = []
+    for name in MYSQL_SETTINGS:
+        cursor.execute("SHOW GLOBAL VARIABLES LIKE %s", [name])
+        row = cursor.fetchone()
+        if row is None and name == "transaction_isolation":  # MariaDB before 11.1
+            cursor.execute("SHOW GLOBAL VARIABLES LIKE %s", ["tx_isolation"])
+            row = cursor.fetchone()
+        if row is not None:
+            value = row[1]
+            if name == "innodb_buffer_pool_size" and str(value).isdigit():
+                value = f"{int(value) // 1024**2}MB"
+            settings.append(f"{name}={value}")
+    label = harness.mysql_server_label(version)
+    return {"version": f"{label} {version}", "settings": ", ".join(settings)}
 
 
 def run_phase(options: argparse.Namespace) -> int:

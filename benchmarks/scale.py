@@ -1,8 +1,10 @@
 #!/usr/bin/env python
-"""Flat cost as the job table grows, and a worker's memory over many jobs (PostgreSQL).
+"""Flat cost as the job table grows, and a worker's memory over many jobs (PostgreSQL);
+the claim's plan over a large table (MariaDB/MySQL).
 
     python benchmarks/scale.py [--json] [--quick] [--only flat|memory]
                                [--write docs/benchmarks.md]
+    python benchmarks/scale.py --db mysql [--quick] [--write docs/benchmarks.md]
 
 **Flat cost.** Drain throughput must not depend on how much history the job table holds.
 
@@ -26,6 +28,18 @@ full-table rate / empty-table rate >= 0.80.
 ``/proc/<pid>/status``) is sampled when 1,000 jobs have finished (counted in the
 database), at every tenth of N, and when all N have finished, before it is stopped
 with SIGTERM. The target: RSS after N / RSS after the first 1,000 <= 1.10.
+
+**The claim on MariaDB/MySQL** (``--db mysql``, the ``--mysql-*`` server; its only part,
+``claim``). F finished jobs as above (admin_pages.py's generator, MariaDB's SEQUENCE
+engine as the series of ids), then Q waiting jobs queued with ``enqueue_many``,
+``ANALYZE TABLE``; then the statement that picks a claim's jobs (``PICK_SQL`` of
+``durable_jobs/db/mysql.py``, formatted with ``engine.claim_parts()`` and bound to
+``engine.claim_params()``, exactly as ``MySQLEngine.claim`` sends it, limit 10,
+guarded) is shown with ``EXPLAIN``, ``EXPLAIN FORMAT=JSON`` and, run in a transaction
+rolled back afterwards, ``ANALYZE FORMAT=JSON`` (MariaDB) or ``EXPLAIN ANALYZE``
+(MySQL); the session's ``Handler_read_*`` and ``Sort_*`` counters of one such run say
+how many index entries it read and whether it sorted. The check: it reads the claim
+index ``durable_job_claim_my``, with no filesort, and about LIMIT rows.
 
 Each part runs in a child process (``--phase``) against a database of its own
 (``scale_bench`` by default), created for it and dropped afterwards; the script refuses
@@ -65,6 +79,14 @@ from benchmarks.harness import log
 MARKERS = harness.Markers("scale-results")
 SECTION_TITLE = "Flat cost as the table grows, and worker memory"
 PARTS = ("flat", "memory")
+#: The part run on MariaDB/MySQL (``--db mysql``), and where ``--write`` puts it.
+MYSQL_PARTS = ("claim",)
+MYSQL_MARKERS = harness.Markers("scale-claim-mysql")
+MYSQL_SECTION_TITLE = "The claim on MariaDB"
+#: The index the MariaDB/MySQL claim is meant to read (migration 0011).
+MYSQL_CLAIM_INDEX = "durable_job_claim_my"
+#: Timed runs of the pick, each in a transaction rolled back.
+MYSQL_PICK_RUNS = 20
 
 #: The targets: full-table drain rate / empty-table rate, and RSS after all / after the first.
 FLAT_TARGET = 0.80
@@ -508,9 +530,197 @@ def run_memory(options: argparse.Namespace) -> dict[str, Any]:
         shutil.rmtree(phase.logdir, ignore_errors=True)
 
 
+# -- the claim on MariaDB/MySQL -------------------------------------------------------------
+
+
+def mysql_pick() -> tuple[str, dict[str, Any]]:
+    """The pick of a claim, as ``MySQLEngine.claim`` builds and binds it: ``PICK_SQL``
+    formatted with the engine's ``claim_parts`` (guarded, as a worker's claim of an
+    unlimited queue is), and its ``claim_params``."""
+    from django.db import connection
+
+    from durable_jobs.conf import get_settings
+    from durable_jobs.db import engine_for, mysql
+    from durable_jobs.db.engine import ClaimRequest
+
+    engine: Any = engine_for(connection.alias)
+    request = ClaimRequest(
+        queue="default",
+        limit=CLAIM_LIMIT,
+        node_id=None,
+        lease_seconds=get_settings().lease_seconds,
+    )
+    sql = mysql.PICK_SQL.format(**engine.claim_parts(request, guarded=True))
+    return sql, engine.claim_params(request)
+
+
+def in_rolled_back_transaction(sql: str, params: Any) -> list[tuple[Any, ...]]:
+    """Run one statement in a transaction that is rolled back (the pick takes row locks)."""
+    from django.db import transaction
+
+    with transaction.atomic():
+        rows = sql_rows(sql, params)
+        transaction.set_rollback(True)
+    return rows
+
+
+def session_counters(sql: str, params: Any) -> dict[str, int]:
+    """The session's ``Handler_read_*`` and ``Sort_*`` counters for one run of ``sql``
+    (rolled back): index entries read in order (``Handler_read_next``), row lookups,
+    and sorts. A nested subquery counts its reads too."""
+    from django.db import transaction
+
+    with transaction.atomic():
+        sql_rows("FLUSH STATUS")
+        sql_rows(sql, params)
+        rows = sql_rows(
+            "SHOW SESSION STATUS WHERE Variable_name LIKE 'Handler_read%%' "
+            "OR Variable_name LIKE 'Sort%%'"
+        )
+        transaction.set_rollback(True)
+    return {name: int(value) for name, value in rows}
+
+
+def tabular(rows: list[tuple[Any, ...]], names: list[str]) -> str:
+    """Rows as the mysql client prints them (``|``-separated, padded)."""
+    cells = [names] + [["NULL" if v is None else str(v) for v in row] for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(names))]
+    line = "+" + "+".join("-" * (w + 2) for w in widths) + "+"
+    out = [line]
+    for index, row in enumerate(cells):
+        out.append("| " + " | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) + " |")
+        if index == 0:
+            out.append(line)
+    return "\n".join([*out, line])
+
+
+def json_accesses(plan: Any) -> list[dict[str, Any]]:
+    """Every ``table`` access of a MariaDB/MySQL JSON plan, wherever it is nested."""
+    found: list[dict[str, Any]] = []
+    if isinstance(plan, dict):
+        for key, value in plan.items():
+            if key == "table" and isinstance(value, dict) and "table_name" in value:
+                found.append(value)
+            found += json_accesses(value)
+    elif isinstance(plan, list):
+        for item in plan:
+            found += json_accesses(item)
+    return found
+
+
+def mysql_index_size(table: str, index: str) -> str:
+    """An InnoDB index's size, from its persistent statistics (pages of 16 kB)."""
+    rows = sql_rows(
+        "SELECT stat_value * @@innodb_page_size FROM mysql.innodb_index_stats "
+        "WHERE database_name = DATABASE() AND table_name = %s AND index_name = %s "
+        "AND stat_name = 'size'",
+        [table, index],
+    )
+    return f"{int(rows[0][0]) / 1024**2:.1f} MB" if rows else "?"
+
+
+def run_claim(options: argparse.Namespace) -> dict[str, Any]:
+    """The claim part on MariaDB/MySQL: the table, then the pick explained and counted."""
+    import statistics
+
+    log(f"migrate: {harness.setup_django():.1f} s")
+    from django.db import connection
+
+    from durable_jobs.models import Attempt, Job
+
+    result: dict[str, Any] = {"database": mysql_server_facts()}
+    result["fill_s"] = fill_history(options.finished)
+    log(f"  written in {result['fill_s']:.1f} s")
+    log(f"[claim] queueing {options.queued:,} jobs")
+    started = time.perf_counter()
+    enqueue(options.queued)
+    result["queue_s"] = time.perf_counter() - started
+    admin_pages.Database().analyze(vacuum=False)
+    job_table = Job._meta.db_table
+    result["table"] = table_facts_mysql()
+    sql, params = mysql_pick()
+    result["sql"] = "\n".join(line.rstrip() for line in sql.strip().splitlines() if line.strip())
+    result["params"] = {key: str(value) for key, value in params.items()}
+    with connection.cursor() as cursor:
+        cursor.execute("EXPLAIN " + sql, params)
+        names = [column[0] for column in cursor.description]
+        explain_rows = cursor.fetchall()
+    result["explain"] = tabular(list(explain_rows), names)
+    (plan_text,) = sql_rows("EXPLAIN FORMAT=JSON " + sql, params)[0]
+    result["explain_json"] = plan_text
+    mariadb = bool(connection.mysql_is_mariadb)
+    analyze = "ANALYZE FORMAT=JSON " if mariadb else "EXPLAIN ANALYZE "
+    (analyzed,) = in_rolled_back_transaction(analyze + sql, params)[0]
+    result["analyze_statement"] = analyze.strip()
+    result["analyze"] = analyzed
+    picked = in_rolled_back_transaction(sql, params)
+    result["picked"] = len(picked)
+    result["counters"] = session_counters(sql, params)
+    timings = []
+    for _ in range(MYSQL_PICK_RUNS):
+        started = time.perf_counter()
+        in_rolled_back_transaction(sql, params)
+        timings.append((time.perf_counter() - started) * 1000)
+    result["pick_ms"] = {"median": statistics.median(timings), "max": max(timings)}
+    # What the plans say about the job table's access in the outer query.
+    accesses = [
+        access
+        for access in json_accesses(json.loads(plan_text))
+        if access.get("table_name") == "job"
+    ]
+    outer = accesses[0] if accesses else {}
+    analyzed_accesses = (
+        [a for a in json_accesses(json.loads(analyzed)) if a.get("table_name") == "job"]
+        if mariadb
+        else []
+    )
+    result["check"] = {
+        "key": outer.get("key"),
+        "uses_claim_index": outer.get("key") == MYSQL_CLAIM_INDEX,
+        "filesort": "filesort" in plan_text.lower() or "filesort" in str(analyzed).lower(),
+        "r_rows": analyzed_accesses[0].get("r_rows") if analyzed_accesses else None,
+        "attempts": Attempt.objects.count(),
+        "job_table": job_table,
+    }
+    log(
+        f"[claim] key {result['check']['key']}, filesort {result['check']['filesort']}, "
+        f"r_rows {result['check']['r_rows']}, counters {result['counters']}"
+    )
+    return result
+
+
+def mysql_server_facts() -> dict[str, str]:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        return run.mysql_facts(cursor)
+
+
+def table_facts_mysql() -> dict[str, Any]:
+    """Rows per state, and the sizes of the job table, its claim index and the attempts."""
+    from django.db.models import Count
+
+    from durable_jobs.models import Attempt, Job
+
+    states = dict(Job.objects.values_list("state").annotate(n=Count("pk")).order_by())
+    sizes = {}
+    for label, table in (("jobs", Job._meta.db_table), ("attempts", Attempt._meta.db_table)):
+        (size,) = sql_rows(
+            "SELECT data_length + index_length FROM information_schema.tables "
+            "WHERE table_schema = DATABASE() AND table_name = %s",
+            [table],
+        )[0]
+        sizes[label] = f"{int(size) / 1024**2:.0f} MB"
+    sizes["claim_index"] = mysql_index_size(Job._meta.db_table, MYSQL_CLAIM_INDEX)
+    return {"states": states, "attempts": Attempt.objects.count(), "sizes": sizes}
+
+
 def run_phase(options: argparse.Namespace) -> int:
     # The parent ends a phase with SIGTERM: unwind, so the finally blocks stop the workers.
     signal.signal(signal.SIGTERM, harness.raise_system_exit)
+    if options.phase == "claim":
+        harness.print_phase_result(run_claim(options))
+        return 0
     result = run_flat(options) if options.phase == "flat" else run_memory(options)
     harness.print_phase_result(result)
     return 0
@@ -527,27 +737,37 @@ def phase_timeout(part: str, options: argparse.Namespace) -> float:
         return float(options.timeout)
     if part == "flat":
         return 60 + 2 * options.queued / MIN_DRAIN_RATE + options.finished / MIN_FILL_RATE
+    if part == "claim":
+        return 120 + (options.finished + options.queued) / (MIN_FILL_RATE / 4)
     return 60 + options.memory_jobs / MIN_WORKER_RATE
 
 
 def run_part(part: str, options: argparse.Namespace) -> dict[str, Any]:
     """Run one part in a child process, against a database created for it and dropped after."""
-    harness.create_postgres_database(options, replace=False)  # refuses an existing database
+    mysql = options.db == "mysql"
+    # Both refuse an existing database.
+    if mysql:
+        harness.create_mysql_database(options, replace=False)
+    else:
+        harness.create_postgres_database(options, replace=False)
     try:
         command = [sys.executable, str(Path(__file__).resolve()), "--phase", part]
         command += ["--queued", str(options.queued), "--finished", str(options.finished)]
-        command += ["--memory-jobs", str(options.memory_jobs)]
-        command += harness.postgres_argv(options)
+        command += ["--memory-jobs", str(options.memory_jobs), "--db", options.db]
+        command += harness.postgres_argv(options) + harness.mysql_argv(options)
         timeout = phase_timeout(part, options)
-        log(f"[{part}] database {options.pg_dbname}, at most {timeout:.0f} s")
+        name = options.mysql_dbname if mysql else options.pg_dbname
+        log(f"[{part}] database {name}, at most {timeout:.0f} s")
         started = time.monotonic()
-        result = harness.run_phase_process(
-            command, vendor=part, env=run.bench_env("postgres", options), timeout=timeout
-        )
+        env = run.bench_env("mysql" if mysql else "postgres", options)
+        result = harness.run_phase_process(command, vendor=part, env=env, timeout=timeout)
         result["seconds"] = time.monotonic() - started
         return result
     finally:
-        harness.drop_postgres_database(options)
+        if mysql:
+            harness.drop_mysql_database(options)
+        else:
+            harness.drop_postgres_database(options)
 
 
 # -- the figures ------------------------------------------------------------------------------
@@ -765,6 +985,77 @@ def render_memory(memory: dict[str, Any]) -> list[str]:
     return lines
 
 
+def render_mysql_claim(claim: dict[str, Any], argv: list[str]) -> str:
+    """The ``--db mysql`` report: the table, the pick, its plans and counters."""
+    database = claim["database"]
+    label, version = database["version"].split(" ", 1)
+    facts = [
+        harness.cpu_fact(),
+        harness.memory_fact(),
+        ("Load average (1, 5, 15 min) at the end", harness.load_average()),
+        *harness.software_facts(mysql=True),
+        (label, f"{version} ({database['settings']})"),
+    ]
+    lines = harness.report_heading("scale.py", argv, facts)
+    table, check, counters = claim["table"], claim["check"], claim["counters"]
+    states = ", ".join(f"{count:,} {state}" for state, count in sorted(table["states"].items()))
+    sizes = table["sizes"]
+    read_next = counters.get("Handler_read_next", 0)
+    read_key = counters.get("Handler_read_key", 0)
+    sorted_rows = counters.get("Sort_rows", 0)
+    lines += [
+        "",
+        f"Time taken: {claim['seconds']:.0f} s. The job table: {states} "
+        f"({table['attempts']:,} attempts); the finished jobs were written in "
+        f"{claim['fill_s']:.0f} s (set-based `INSERT ... SELECT` over `seq_1_to_N`), the "
+        f"waiting ones queued with `enqueue_many()` in {claim['queue_s']:.0f} s. Sizes after "
+        f"`ANALYZE TABLE`: job table {sizes['jobs']} (indexes included), its claim index "
+        f"`{MYSQL_CLAIM_INDEX}` {sizes['claim_index']}, attempt table {sizes['attempts']}.",
+        "",
+        f"The pick of a claim of up to {CLAIM_LIMIT} jobs from queue `default`, as "
+        "`MySQLEngine.claim` sends it (`PICK_SQL` of `durable_jobs/db/mysql.py` formatted "
+        "with `engine.claim_parts(request, guarded=True)`, bound to "
+        "`engine.claim_params(request)`):",
+        "",
+        "```sql",
+        claim["sql"],
+        "```",
+        "",
+        "Parameters: "
+        + ", ".join(
+            f"`{key}` = `{value}`"
+            for key, value in claim["params"].items()
+            if f"%({key})s" in claim["sql"]
+        )
+        + ".",
+        "",
+        f"**Reads the claim index `{MYSQL_CLAIM_INDEX}`: "
+        f"{'yes' if check['uses_claim_index'] else 'no (' + str(check['key']) + ')'}; "
+        f"filesort: {'yes' if check['filesort'] else 'no'}; rows read from the job table "
+        f"(`r_rows`): {check['r_rows'] if check['r_rows'] is not None else '-'}** for "
+        f"{claim['picked']} jobs picked. One run's session counters: "
+        f"`Handler_read_key` {read_key}, `Handler_read_next` {read_next}, `Sort_rows` "
+        f"{sorted_rows} (the index range is opened once per lookup and read forward entry by "
+        "entry; the guard's lookup of the queue's row counts as well). The pick took "
+        f"{claim['pick_ms']['median']:.2f} ms at the median of {MYSQL_PICK_RUNS} runs "
+        f"(max {claim['pick_ms']['max']:.2f} ms), each in a transaction rolled back, its "
+        "commit round trip included.",
+        "",
+        "`EXPLAIN`:",
+        "",
+        "```text",
+        claim["explain"],
+        "```",
+        "",
+        f"`{claim['analyze_statement']}` (the statement run, in a transaction rolled back):",
+        "",
+        "```json" if claim["analyze_statement"].endswith("JSON") else "```text",
+        claim["analyze"],
+        "```",
+    ]
+    return "\n".join(lines) + "\n"
+
+
 def render(results: dict[str, dict[str, Any]], argv: list[str]) -> str:
     lines = harness.report_heading("scale.py", argv, machine_facts(results))
     durations = ", ".join(f"{part} {results[part]['seconds']:.0f} s" for part in results)
@@ -798,12 +1089,17 @@ costs each job. `--quick` uses 10,000 jobs per drain over 100,000 finished ones,
 """
 
 
-def write_section(path: Path, block: str) -> None:
-    """Replace the block between the markers of ``path``, or append the section."""
+def write_section(path: Path, block: str, *, mysql: bool = False) -> None:
+    """Replace the block between the markers of ``path`` (``--db mysql``: the
+    ``scale-claim-mysql`` ones), or append the section."""
     text = path.read_text() if path.exists() else ""
-    replaced = MARKERS.replace_in(text, block)
+    markers = MYSQL_MARKERS if mysql else MARKERS
+    replaced = markers.replace_in(text, block)
     if replaced is None:
-        section = f"## {SECTION_TITLE}\n\n{SECTION_INTRO}\n{MARKERS.wrap(block)}\n"
+        if mysql:
+            section = f"## {MYSQL_SECTION_TITLE}\n\n{markers.wrap(block)}\n"
+        else:
+            section = f"## {SECTION_TITLE}\n\n{SECTION_INTRO}\n{markers.wrap(block)}\n"
         replaced = text.rstrip("\n") + "\n\n" + section
     path.write_text(replaced)
 
@@ -822,7 +1118,19 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         action="store_true",
         help="10,000-job drains over 100,000 finished jobs, 10,000 jobs for memory.",
     )
-    parser.add_argument("--only", choices=PARTS, default=None, help="Run one part only.")
+    parser.add_argument(
+        "--db",
+        choices=("postgres", "mysql"),
+        default="postgres",
+        help="postgres (default): flat cost and memory; mysql: the claim's plan over a large "
+        "table on the --mysql-* server (MariaDB or MySQL 8), its one part.",
+    )
+    parser.add_argument(
+        "--only",
+        choices=PARTS + MYSQL_PARTS,
+        default=None,
+        help="Run one part only (flat or memory; claim with --db mysql).",
+    )
     parser.add_argument(
         "--write", type=Path, default=None, help="Also write the section into this Markdown file."
     )
@@ -854,8 +1162,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         dbname_help="Database to create for each part and drop afterwards (must not exist; "
         "default scale_bench).",
     )
+    harness.add_mysql_arguments(
+        parser,
+        dbname="scale_bench",
+        dbname_help="With --db mysql, the database to create and drop afterwards (must not "
+        "exist; default scale_bench).",
+    )
     # Internal: one part, in a child process.
-    parser.add_argument("--phase", choices=PARTS, help=argparse.SUPPRESS)
+    parser.add_argument("--phase", choices=PARTS + MYSQL_PARTS, help=argparse.SUPPRESS)
     parser.set_defaults(concurrency=CONCURRENCY)
     options = parser.parse_args(argv)
     sizes = QUICK if options.quick else FULL
@@ -866,7 +1180,17 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         parser.error("--queued must be at least 100 and --finished at least 10000")
     if options.memory_jobs < 2 * MEMORY_FIRST:
         parser.error(f"--memory-jobs must be at least {2 * MEMORY_FIRST}")
-    if options.write is not None and options.only:
+    if options.db == "mysql":
+        if options.only not in (None, *MYSQL_PARTS):
+            parser.error("with --db mysql the one part is claim")
+        if options.json:
+            parser.error(
+                "--json prints the PostgreSQL parts' figures: leave it out with --db mysql"
+            )
+        options.only = None
+    elif options.only in MYSQL_PARTS and not options.phase:
+        parser.error("the claim part runs with --db mysql")
+    elif options.write is not None and options.only:
         parser.error("--write records a run of both parts: leave out --only")
     return options
 
@@ -876,6 +1200,18 @@ def main(argv: list[str]) -> int:
     if options.phase:
         return run_phase(options)
     signal.signal(signal.SIGTERM, harness.raise_system_exit)
+    if options.db == "mysql":
+        try:
+            claim = run_part("claim", options)
+        except KeyboardInterrupt:
+            log("interrupted: the processes were stopped and the database dropped")
+            return 130
+        block = render_mysql_claim(claim, argv)
+        print(block)
+        if options.write is not None:
+            write_section(options.write, block, mysql=True)
+            log(f"wrote {options.write}")
+        return 0
     parts = [options.only] if options.only else list(PARTS)
     try:
         results = {part: run_part(part, options) for part in parts}

@@ -3,11 +3,13 @@
 The database comes from environment variables that ``run.py`` sets:
 
 ``DURABLE_JOBS_BENCH_DB``
-    ``sqlite`` or ``postgres``.
+    ``sqlite``, ``postgres`` or ``mysql`` (MySQL 8 or MariaDB).
 ``DURABLE_JOBS_BENCH_SQLITE_PATH``
     The SQLite file (WAL mode, ``transaction_mode`` IMMEDIATE).
 ``DURABLE_JOBS_BENCH_PG_NAME`` / ``_PG_HOST`` / ``_PG_PORT`` / ``_PG_USER`` / ``_PG_PASSWORD``
     The PostgreSQL database.
+``DURABLE_JOBS_BENCH_MY_NAME`` / ``_MY_HOST`` / ``_MY_PORT`` / ``_MY_USER``
+    The MySQL or MariaDB database (``MYSQL_PWD`` is the password, if any).
 ``DURABLE_JOBS_BENCH_POLL_INTERVAL``
     ``DURABLE_JOBS["POLL_INTERVAL"]`` (default 1.0, the library's default).
 ``DURABLE_JOBS_BENCH_CONCURRENCY``
@@ -43,8 +45,22 @@ elif _vendor == "sqlite":
             "OPTIONS": {"transaction_mode": "IMMEDIATE"},
         }
     }
+elif _vendor == "mysql":
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.mysql",
+            "NAME": os.environ.get("DURABLE_JOBS_BENCH_MY_NAME", "durable_jobs_bench"),
+            "HOST": os.environ.get("DURABLE_JOBS_BENCH_MY_HOST", "127.0.0.1"),
+            "PORT": os.environ.get("DURABLE_JOBS_BENCH_MY_PORT", "3306"),
+            "USER": os.environ.get("DURABLE_JOBS_BENCH_MY_USER", "root"),
+            "PASSWORD": os.environ.get("MYSQL_PWD", ""),
+            # utf8mb4, as durable_jobs' check E022 asks; Django's default isolation level
+            # on MySQL (READ COMMITTED) is kept.
+            "OPTIONS": {"charset": "utf8mb4"},
+        }
+    }
 else:
-    raise ValueError(f"DURABLE_JOBS_BENCH_DB must be sqlite or postgres, not {_vendor!r}")
+    raise ValueError(f"DURABLE_JOBS_BENCH_DB must be sqlite, postgres or mysql, not {_vendor!r}")
 
 INSTALLED_APPS = [
     "durable_jobs",

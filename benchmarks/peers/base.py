@@ -1,7 +1,7 @@
 """The side of the comparison that runs in ``benchmarks/compare.py``: one adapter per system.
 
-An adapter knows where its system lives (a virtualenv, a PostgreSQL database or a
-Redis database number) and runs each measurement as one bounded child process, a
+An adapter knows where its system lives (a virtualenv, a PostgreSQL or MariaDB/MySQL
+database, or a Redis database number) and runs each measurement as one bounded child process, a
 *driver* (see :mod:`benchmarks.peers.driver`), in the system's own virtualenv. Every
 adapter has the same interface, :class:`Adapter`'s public methods; what differs
 between systems is data (requirements, the driver's module, how the system was run)
@@ -62,6 +62,9 @@ class Adapter:
     driver_module: ClassVar[str] = ""
     #: Whether the system gets a PostgreSQL database of its own (``peers_<key>``).
     uses_postgres: ClassVar[bool] = True
+    #: Whether it gets a MySQL/MariaDB database of its own instead (``peers_<key>``, on the
+    #: ``--mysql-*`` server, utf8mb4).
+    uses_mysql: ClassVar[bool] = False
     #: For the report: how the workers ran, what "bulk" is, where a drain's end is read.
     workers_note: ClassVar[str] = ""
     bulk_note: ClassVar[str] = ""
@@ -84,8 +87,11 @@ class Adapter:
         return f"peers_{self.key}"
 
     def database_options(self) -> argparse.Namespace:
-        """compare.py's options, with this system's database as ``--pg-dbname``."""
-        return argparse.Namespace(**{**vars(self.options), "pg_dbname": self.dbname})
+        """compare.py's options, with this system's database as ``--pg-dbname`` and
+        ``--mysql-dbname``."""
+        return argparse.Namespace(
+            **{**vars(self.options), "pg_dbname": self.dbname, "mysql_dbname": self.dbname}
+        )
 
     def python(self) -> str:
         return str(venvs.python_of(self.venv)) if self.venv else sys.executable
@@ -102,7 +108,16 @@ class Adapter:
             self.install_error = f"could not be installed from PyPI: {exc}"
 
     def database_exists(self) -> bool:
+        if self.uses_mysql:
+            return harness.mysql_database_exists(self.database_options())
         return self.uses_postgres and harness.postgres_database_exists(self.database_options())
+
+    @property
+    def where(self) -> str:
+        """Where its jobs live, for the report."""
+        if self.uses_mysql:
+            return f"MariaDB/MySQL database `{self.dbname}`"
+        return f"database `{self.dbname}`" if self.uses_postgres else ""
 
     # -- the interface ------------------------------------------------------------------
 
@@ -110,7 +125,10 @@ class Adapter:
         """Create the system's database and schema; returns the facts for the report."""
         if self.install_error:
             return {"error": self.install_error}
-        if self.uses_postgres:
+        if self.uses_mysql:
+            harness.create_mysql_database(self.database_options(), replace=False)
+            self.created_database = True
+        elif self.uses_postgres:
             harness.create_postgres_database(self.database_options(), replace=False)
             self.created_database = True
         result = self.call("setup", timeout=BASE_TIMEOUT)
@@ -151,7 +169,10 @@ class Adapter:
                 self.call("teardown", timeout=BASE_TIMEOUT, ignore_deadline=True)
         finally:
             if self.created_database:
-                harness.drop_postgres_database(self.database_options())
+                if self.uses_mysql:
+                    harness.drop_mysql_database(self.database_options())
+                else:
+                    harness.drop_postgres_database(self.database_options())
                 self.created_database = False
 
     # -- running the driver ------------------------------------------------------------
@@ -160,6 +181,9 @@ class Adapter:
         options = self.database_options()
         return [
             *harness.postgres_argv(options),
+            *harness.mysql_argv(options),
+            "--database",
+            "mysql" if self.uses_mysql else "postgres",
             "--concurrency",
             str(options.concurrency),
             "--redis-url",

@@ -1,4 +1,4 @@
-"""Django-Q2 with its ORM broker, on its own PostgreSQL database."""
+"""Django-Q2 with its ORM broker, on its own PostgreSQL (or MariaDB/MySQL) database."""
 
 from __future__ import annotations
 
@@ -18,3 +18,19 @@ class DjangoQ2(Adapter):
     )
     bulk_note = "no batch API: N `async_task()` calls in one `transaction.atomic()`"
     finish_note = "last `stopped` of the saved tasks"
+
+
+class DjangoQ2Mysql(DjangoQ2):
+    """The same project and driver, with ``DATABASES`` (and so the ORM broker) on the
+    MariaDB/MySQL server."""
+
+    key = "django_q2_mysql"
+    label = "Django-Q2 (ORM broker, MariaDB)"
+    venv = "django_q2_mysql"
+    requirements = (
+        "django-q2==1.11.1",
+        "Django==5.2.19",
+        "mysqlclient==2.3.2",  # built from source: needs libmariadb-dev (or libmysqlclient-dev)
+    )
+    uses_postgres = False
+    uses_mysql = True

@@ -1,4 +1,5 @@
-"""django-tasks-db (the database backend of Django's tasks API), on its own database."""
+"""django-tasks-db (the database backend of Django's tasks API), on its own database:
+PostgreSQL, or MariaDB/MySQL."""
 
 from __future__ import annotations
 
@@ -22,3 +23,19 @@ class DjangoTasksDb(Adapter):
     )
     bulk_note = "no batch API: N `enqueue()` calls in one `transaction.atomic()`"
     finish_note = "last `finished_at` of the task results"
+
+
+class DjangoTasksDbMysql(DjangoTasksDb):
+    """The same project and driver, with ``DATABASES`` on the MariaDB/MySQL server."""
+
+    key = "django_tasks_db_mysql"
+    label = "django-tasks-db (MariaDB)"
+    venv = "django_tasks_db_mysql"
+    requirements = (
+        "django-tasks-db[compat]==0.13.0",
+        "django-tasks==0.12.0",
+        "Django==5.2.19",
+        "mysqlclient==2.3.2",  # built from source: needs libmariadb-dev (or libmysqlclient-dev)
+    )
+    uses_postgres = False
+    uses_mysql = True

@@ -327,12 +327,14 @@ class Peer:
 
 
 class DjangoPeer(Peer):
-    """A Django-based peer on PostgreSQL (``settings`` names its project): its
-    migrations, its tables emptied between measurements, and, having no batch API, a bulk
-    enqueue of single enqueues in one transaction."""
+    """A Django-based peer on PostgreSQL, or on MySQL/MariaDB with ``--database mysql``
+    (``settings`` names its project): its migrations, its tables emptied between
+    measurements, and, having no batch API, a bulk enqueue of single enqueues in one
+    transaction."""
 
     settings = ""
-    #: Distributions whose versions are printed with the results.
+    #: Distributions whose versions are printed with the results (the database driver,
+    #: psycopg or mysqlclient, is added).
     packages: tuple[str, ...] = ()
 
     def __init__(self, options: argparse.Namespace) -> None:
@@ -358,11 +360,18 @@ class DjangoPeer(Peer):
     def facts(self) -> dict[str, Any]:
         from importlib import metadata
 
-        return {"versions": {name: metadata.version(name) for name in self.packages}}
+        driver = "mysqlclient" if self.connection.vendor == "mysql" else "psycopg"
+        names = (*self.packages, driver)
+        return {"versions": {name: metadata.version(name) for name in names}}
 
     def reset(self) -> None:
         with self.connection.cursor() as cursor:
-            cursor.execute(f"TRUNCATE {', '.join(self.tables())}")
+            if self.connection.vendor == "mysql":
+                # One table per TRUNCATE there.
+                for table in self.tables():
+                    cursor.execute(f"TRUNCATE TABLE {table}")
+            else:
+                cursor.execute(f"TRUNCATE {', '.join(self.tables())}")
 
     def enqueue_bulk(self, count: int) -> None:
         """No batch API: ``count`` single enqueues in one transaction."""
@@ -374,17 +383,27 @@ class DjangoPeer(Peer):
 
     def before_drain(self) -> None:
         with self.connection.cursor() as cursor:
-            cursor.execute(f"ANALYZE {self.tables()[0]}")
+            if self.connection.vendor == "mysql":
+                cursor.execute(f"ANALYZE TABLE {self.tables()[0]}")
+                cursor.fetchall()
+            else:
+                cursor.execute(f"ANALYZE {self.tables()[0]}")
 
 
 def export_postgres(options: argparse.Namespace) -> None:
-    """Put the ``--pg-*`` options into the environment, where the system's settings (read
-    at import, in the driver and in its workers alike) find them."""
+    """Put the ``--pg-*`` and ``--mysql-*`` options, and which of the two servers to use
+    (``--database``), into the environment, where the system's settings (read at import,
+    in the driver and in its workers alike) find them."""
     os.environ.update(
+        PEERS_DATABASE=options.database,
         PEERS_PG_HOST=options.pg_host,
         PEERS_PG_PORT=str(options.pg_port),
         PEERS_PG_USER=options.pg_user,
         PEERS_PG_NAME=options.pg_dbname,
+        PEERS_MY_HOST=options.mysql_host,
+        PEERS_MY_PORT=str(options.mysql_port),
+        PEERS_MY_USER=options.mysql_user,
+        PEERS_MY_NAME=options.mysql_dbname,
     )
 
 
@@ -406,6 +425,18 @@ def django_database() -> dict[str, Any]:
     one would run them for throughput, so they are not measured that way.
     """
     env = os.environ
+    if env.get("PEERS_DATABASE") == "mysql":
+        return {
+            "ENGINE": "django.db.backends.mysql",
+            "NAME": env["PEERS_MY_NAME"],
+            "HOST": env["PEERS_MY_HOST"],
+            "PORT": env["PEERS_MY_PORT"],
+            "USER": env["PEERS_MY_USER"],
+            "PASSWORD": env.get("MYSQL_PWD", ""),
+            "CONN_MAX_AGE": 600,
+            # utf8mb4 as for durable_jobs; Django's default isolation level (READ COMMITTED).
+            "OPTIONS": {"charset": "utf8mb4"},
+        }
     return {
         "ENGINE": "django.db.backends.postgresql",
         "NAME": env["PEERS_PG_NAME"],
@@ -443,7 +474,14 @@ def parser(description: str) -> argparse.ArgumentParser:
     parser.add_argument("--drain-timeout", type=float, default=600.0)
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/15")
     parser.add_argument("--sqlite-path", default=None)
+    parser.add_argument(
+        "--database",
+        choices=("postgres", "mysql"),
+        default="postgres",
+        help="The server of the system's database (--pg-* or --mysql-*).",
+    )
     harness.add_postgres_arguments(parser, dbname="", dbname_help="The system's database.")
+    harness.add_mysql_arguments(parser, dbname="", dbname_help="The system's database.")
     return parser
 
 

@@ -1,4 +1,4 @@
-"""durable_jobs itself, on PostgreSQL or on SQLite, in the repository's virtualenv.
+"""durable_jobs itself, on PostgreSQL, SQLite or MariaDB, in the repository's virtualenv.
 
 The measurements are ``benchmarks/run.py``'s own (its ``Phase``), run through
 :mod:`benchmarks.peers.durable_jobs_project.driver`, with real ``manage.py runworker``
@@ -69,3 +69,23 @@ class DurableJobsSqlite(DurableJobsPostgres):
 
     def teardown(self) -> None:
         shutil.rmtree(self.context.scratch / "durable_jobs", ignore_errors=True)
+
+
+class DurableJobsMysql(DurableJobsPostgres):
+    """durable_jobs on the ``--mysql-*`` server (MariaDB here; MySQL 8 works the same way),
+    in a fresh utf8mb4 database of its own, migrated by the driver's set-up."""
+
+    key = "durable_jobs_mysql"
+    label = "durable_jobs (MariaDB)"
+    uses_postgres = False
+    uses_mysql = True
+    workers_note = (
+        "`manage.py runworker --burst --queues default:10` per process (10 threads); no "
+        "LISTEN/NOTIFY there, so an idle worker polls `SELECT MAX(id)` of the job table "
+        "every 2-20 ms (backing off), `POLL_INTERVAL` 1 s (the default)"
+    )
+    vendor = "mysql"
+
+    @property
+    def dbname(self) -> str:
+        return f"peers_{self.key}"

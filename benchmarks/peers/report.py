@@ -21,9 +21,12 @@ from typing import Any
 ORDER = (
     "durable_jobs_pg",
     "durable_jobs_sqlite",
+    "durable_jobs_mysql",
     "procrastinate",
     "django_tasks_db",
+    "django_tasks_db_mysql",
     "django_q2",
+    "django_q2_mysql",
     "celery_redis",
     "pgbench",
 )
@@ -357,6 +360,63 @@ def scale_section(results: dict[str, Any]) -> list[str]:
     return lines
 
 
+#: The MariaDB comparison: durable_jobs there, divided by each of these in the same run.
+MYSQL_SYSTEM = "durable_jobs_mysql"
+MYSQL_AGAINST = (
+    "django_tasks_db_mysql",
+    "django_q2_mysql",
+    "durable_jobs_pg",
+    "durable_jobs_sqlite",
+)
+#: (measurement, figure, label) of each row of the ratios.
+RATIO_ROWS = (
+    ("enqueue_single", "rate", "Enqueue, 1 per transaction"),
+    ("enqueue_bulk", "rate", "Enqueue, bulk"),
+    ("drain_1", "rate", "Drain, 1 worker process"),
+    ("drain_2", "rate", "Drain, 2 worker processes"),
+    ("latency", "p50_ms", "Pickup latency p50"),
+    ("latency", "p95_ms", "Pickup latency p95"),
+)
+
+
+def mysql_section(results: dict[str, Any]) -> list[str]:
+    """durable_jobs on MariaDB divided by each MariaDB peer and by durable_jobs on the
+    other databases, in this run (for latency, a ratio under 1 is the better one)."""
+    if MYSQL_SYSTEM not in results["systems"]:
+        return []
+    against = [system for system in MYSQL_AGAINST if system in results["systems"]]
+    if not against:
+        return []
+    mine = label(results, MYSQL_SYSTEM)
+    lines = [
+        f"{mine} divided by each system in this run (rates: above 1 means {mine} is "
+        "faster; pickup latency: below 1 means it picks jobs up sooner):",
+        "",
+        "| Measurement | " + " | ".join(f"÷ {label(results, s)}" for s in against) + " |",
+        "| --- |" + " ---: |" * len(against),
+    ]
+    for name, key, text in RATIO_ROWS:
+        ours = value(results, MYSQL_SYSTEM, name, key)
+        cells = []
+        for system in against:
+            theirs = value(results, system, name, key)
+            if ours is None or not theirs:
+                cells.append(NONE)
+            else:
+                cells.append(f"{ours / theirs:.2f}{TIMES}")
+        lines.append(f"| {text} | " + " | ".join(cells) + " |")
+    latency = measurement(results, MYSQL_SYSTEM, "latency") or {}
+    if "p50_ms" in latency:
+        lines += [
+            "",
+            f"Pickup latency of {mine}, an idle worker polling the job table's highest id "
+            f"(no LISTEN/NOTIFY there): p50 {latency['p50_ms']:.1f} ms, p95 "
+            f"{latency['p95_ms']:.1f} ms, max {latency['max_ms']:.1f} ms over "
+            f"{latency.get('samples', 0)} jobs.",
+        ]
+    return lines
+
+
 def markdown(results: dict[str, Any], chart: str | None) -> str:
     """The block ``--write`` puts between the markers of docs/benchmarks.md."""
     meta = results["meta"]
@@ -372,11 +432,24 @@ def markdown(results: dict[str, Any], chart: str | None) -> str:
     lines += ["", "| Machine | |", "| --- | --- |"]
     lines += [f"| {key} | {text} |" for key, text in meta["machine"]]
     lines += ["", *results_table(results), ""]
+    if ratios := mysql_section(results):
+        lines += [*ratios, ""]
     lines += ["Targets (durable_jobs on PostgreSQL unless said otherwise):", ""]
+    found = checks(results)
+    if "--only" in " ".join(meta["argv"]):
+        # A run of a few systems: the targets of the systems left out are not listed.
+        shown = [check for check in found if check.status != NOT_MEASURED]
+        left_out = len(found) - len(shown)
+    else:
+        shown, left_out = found, 0
     lines += [
         f"- **{check.status}**: {check.what}: {check.figures} (target {check.target})"
-        for check in checks(results)
+        for check in shown
     ]
+    if left_out:
+        lines.append(
+            f"- {left_out} other target(s) not measured: their systems were not in this run."
+        )
     if chart:
         lines += ["", f"![Drain, enqueue and pickup latency of each system]({chart})"]
     lines += [

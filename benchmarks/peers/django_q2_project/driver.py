@@ -1,4 +1,4 @@
-"""Django-Q2 with its ORM broker on PostgreSQL: ``async_task`` to enqueue, one
+"""Django-Q2 with its ORM broker on PostgreSQL or MySQL/MariaDB: ``async_task`` to enqueue, one
 ``manage.py qcluster`` whose cluster has as many worker processes as the drain asks
 for (each runs one task at a time)."""
 
@@ -16,10 +16,10 @@ PROBE = "benchmarks.peers.django_q2_project.tasks.probe"
 
 
 class DjangoQ2Peer(driver.DjangoPeer):
-    """Django-Q2 (ORM broker) on PostgreSQL."""
+    """Django-Q2 (ORM broker) on PostgreSQL, or on MySQL/MariaDB with --database mysql."""
 
     settings = "benchmarks.peers.django_q2_project.settings"
-    packages = ("django-q2", "Django", "psycopg")
+    packages = ("django-q2", "Django")
 
     def __init__(self, options: argparse.Namespace) -> None:
         super().__init__(options)

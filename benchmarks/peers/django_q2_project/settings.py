@@ -1,4 +1,5 @@
-"""Settings of the Django-Q2 project: PostgreSQL from the ``PEERS_PG_*`` variables, and
+"""Settings of the Django-Q2 project: PostgreSQL from the ``PEERS_PG_*`` variables (or
+MySQL/MariaDB from ``PEERS_MY_*`` when ``PEERS_DATABASE`` is ``mysql``), and
 Django-Q2's ORM broker on the same database, so it is compared on the database the
 other systems use. ``PEERS_Q_WORKERS`` sets the size of the cluster."""
 

@@ -12,10 +12,10 @@ from benchmarks.peers import driver
 
 
 class DjangoTasksDbPeer(driver.DjangoPeer):
-    """django-tasks-db on PostgreSQL."""
+    """django-tasks-db on PostgreSQL, or on MySQL/MariaDB with --database mysql."""
 
     settings = "benchmarks.peers.django_tasks_db_project.settings"
-    packages = ("django-tasks-db", "django-tasks", "Django", "psycopg")
+    packages = ("django-tasks-db", "django-tasks", "Django")
 
     def __init__(self, options: argparse.Namespace) -> None:
         super().__init__(options)

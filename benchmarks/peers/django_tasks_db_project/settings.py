@@ -1,4 +1,5 @@
-"""Settings of the django-tasks-db project (PostgreSQL from the ``PEERS_PG_*`` variables).
+"""Settings of the django-tasks-db project (PostgreSQL from the ``PEERS_PG_*`` variables, or
+MySQL/MariaDB from ``PEERS_MY_*`` when ``PEERS_DATABASE`` is ``mysql``).
 
 On Django 5.2 the ``django.tasks`` API comes from the ``django-tasks`` package (the
 ``compat`` extra of django-tasks-db), so the project runs on the same Django as

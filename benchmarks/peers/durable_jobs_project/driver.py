@@ -14,16 +14,22 @@ from benchmarks import run
 from benchmarks.peers import driver
 
 #: POLL_INTERVAL of the latency measurement: the library's default. On PostgreSQL an
-#: idle worker is woken by NOTIFY; on SQLite it finds new jobs at its next poll.
+#: idle worker is woken by NOTIFY; on SQLite it finds new jobs at its next poll; on
+#: MariaDB/MySQL it polls the job table's highest id every few milliseconds.
 POLL_INTERVAL = 1.0
 
 
 class DurableJobsPeer(driver.Peer):
-    """durable_jobs on PostgreSQL, or on SQLite with --sqlite-path."""
+    """durable_jobs on PostgreSQL, on SQLite with --sqlite-path, or on MariaDB/MySQL with
+    --database mysql."""
 
     def __init__(self, options: argparse.Namespace) -> None:
         super().__init__(options)
-        vendor = "sqlite" if options.sqlite_path else "postgres"
+        if options.sqlite_path:
+            vendor = "sqlite"
+        else:
+            vendor = "mysql" if options.database == "mysql" else "postgres"
+        self.vendor = vendor
         phase_options = argparse.Namespace(
             phase=vendor,
             concurrency=options.concurrency,
@@ -31,6 +37,10 @@ class DurableJobsPeer(driver.Peer):
             pg_port=options.pg_port,
             pg_user=options.pg_user,
             pg_dbname=options.pg_dbname,
+            mysql_host=options.mysql_host,
+            mysql_port=options.mysql_port,
+            mysql_user=options.mysql_user,
+            mysql_dbname=options.mysql_dbname,
             sqlite_path=options.sqlite_path,
             only=None,
         )
@@ -44,7 +54,8 @@ class DurableJobsPeer(driver.Peer):
         self.phase.close()
 
     def facts(self) -> dict[str, Any]:
-        names = ("django-durable-jobs", "Django", "psycopg")
+        driver_package = "mysqlclient" if self.vendor == "mysql" else "psycopg"
+        names = ("django-durable-jobs", "Django", driver_package)
         return {
             "versions": {name: metadata.version(name) for name in names},
             "database": self.phase.database_facts(),
