@@ -3,19 +3,24 @@
 # Every target sets up what it needs: it creates .venv with `python3 -m venv` when
 # it is missing and installs the package (editable) with the extras it uses. The
 # install reruns whenever pyproject.toml changes. The test targets also install
-# Chromium and gettext when they are missing (see install-system).
+# Chromium and gettext when they are missing (see install-system), and test-mysql what
+# building the MariaDB/MySQL driver needs (see install-system-mysql).
 #
 #   make demo             run the example project against a real worker (SQLite)
 #   make test             run the test suite (SQLite; DATABASE_URL picks another database)
 #   make test-postgres    run the test suite on PostgreSQL at 127.0.0.1:5432
+#   make test-mysql       run the test suite on MariaDB (or MySQL) at 127.0.0.1:3306
 #   make lint             ruff (lint and formatting) and mypy
 #   make migrations-check fail if a model change has no migration
 #   make docs             build the HTML documentation, warnings as errors
 #   make dist             build the sdist and the wheel into dist/, and check them (twine)
 #   make install          only set up .venv with the test extra (install-dev: the dev extra)
-#   make test-matrix      tox: Python 3.12 + Django 6.0 and 3.13 + Django 6.1, SQLite and PostgreSQL
+#   make test-matrix      tox: Python 3.12 + Django 6.0 and 3.13 + Django 6.1, SQLite and
+#                         PostgreSQL, and MariaDB on 3.13 + Django 6.1
 #   make test-minimum     tox: the oldest versions pyproject.toml declares, SQLite and PostgreSQL
 #   make install-system   install Debian's chromium and gettext for the tests (apt-get, as root)
+#   make install-system-mysql  install what building mysqlclient needs (libmariadb-dev,
+#                         pkg-config, gcc, the Python headers; apt-get, as root)
 #
 # Extra pytest arguments: make test PYTEST_ARGS="-k lease -x"
 
@@ -23,11 +28,16 @@ PYTHON ?= python3
 VENV ?= .venv
 PYTEST_ARGS ?=
 POSTGRES_URL ?= postgres://postgres@127.0.0.1:5432/durable_jobs
+MYSQL_URL ?= mysql://root@127.0.0.1:3306/durable_jobs
 # tests/browser launches this binary (Debian's chromium package) through Playwright.
 CHROMIUM := /usr/bin/chromium
 # GNU gettext's msgfmt (Debian's gettext package), for tests/test_admin_i18n.py.
 MSGFMT := /usr/bin/msgfmt
 SYSTEM_PACKAGES := $(CHROMIUM):chromium $(MSGFMT):gettext
+# mysqlclient (the mysql extra) compiles against MariaDB Connector/C, found through
+# pkg-config. The Python headers are checked apart: their path depends on the interpreter.
+MYSQL_BUILD_PACKAGES := /usr/bin/pkg-config:pkg-config /usr/include/mariadb/mysql.h:libmariadb-dev \
+	/usr/bin/gcc:gcc
 
 VENV_DIR := $(abspath $(VENV))
 BIN := $(VENV_DIR)/bin
@@ -36,6 +46,7 @@ PIP := $(BIN)/python -m pip --disable-pip-version-check
 STAMP_DEMO := $(VENV_DIR)/.durable-jobs-demo.stamp
 STAMP_TEST := $(VENV_DIR)/.durable-jobs-test.stamp
 STAMP_DEV := $(VENV_DIR)/.durable-jobs-dev.stamp
+STAMP_MYSQL := $(VENV_DIR)/.durable-jobs-mysql.stamp
 STAMP_DOCS := $(VENV_DIR)/.durable-jobs-docs.stamp
 DOCS_REQUIREMENTS := $(wildcard docs/requirements.txt)
 
@@ -46,17 +57,21 @@ TOX_PYTHONS = $(shell for v in 3.12 3.13; do \
 	python$$v -c '' 2>/dev/null && continue; \
 	d=$$(ls -d "$${PYENV_ROOT:-$$HOME/.pyenv}"/versions/$$v.* 2>/dev/null | sort -V | tail -n 1); \
 	[ -n "$$d" ] && printf '%s/bin:' "$$d"; done)
-TOX = PATH="$(TOX_PYTHONS)$$PATH" POSTGRES_URL=$(POSTGRES_URL) $(BIN)/tox
-# The fault suite (tests/faults: killed workers, a restarted database) runs in `make test`
-# and `make test-postgres` (Python 3.11, Django 5.2); the other legs leave it out for time.
+TOX = PATH="$(TOX_PYTHONS)$$PATH" POSTGRES_URL=$(POSTGRES_URL) MYSQL_URL=$(MYSQL_URL) $(BIN)/tox
+# The fault suite (tests/faults: killed workers, a restarted database) runs in `make test`,
+# `make test-postgres` and `make test-mysql` (Python 3.11, Django 5.2); the other legs
+# leave it out for time.
 MATRIX_PYTEST_ARGS ?= -m "not faults"
-MATRIX_ENVS := py312-django60-sqlite,py312-django60-postgres,py313-django61-sqlite,py313-django61-postgres
+# MariaDB runs in one leg of the matrix (the newest Python and Django), not in each: CI
+# runs every leg one after the other, and must stay well inside its time limit. tox.ini
+# has the other MariaDB legs (py311-django52-mysql, py312-django60-mysql).
+MATRIX_ENVS := py312-django60-sqlite,py312-django60-postgres,py313-django61-sqlite,py313-django61-postgres,py313-django61-mysql
 MINIMUM_ENVS := py311-minimum-sqlite,py311-minimum-postgres
 
-.PHONY: help install install-dev install-system demo test test-postgres test-matrix test-minimum lint migrations-check docs dist clean
+.PHONY: help install install-dev install-system install-system-mysql demo test test-postgres test-mysql test-matrix test-minimum lint migrations-check docs dist clean
 
 help:
-	@echo "Targets: demo test test-postgres test-matrix test-minimum lint migrations-check docs dist install install-dev install-system clean"
+	@echo "Targets: demo test test-postgres test-mysql test-matrix test-minimum lint migrations-check docs dist install install-dev install-system install-system-mysql clean"
 	@echo "Each one creates $(VENV) and installs what it needs on first use."
 	@echo "Pass pytest arguments with PYTEST_ARGS, e.g. make test PYTEST_ARGS='-x -k lease'."
 
@@ -80,6 +95,11 @@ $(STAMP_TEST): pyproject.toml | $(BIN)/python
 # The dev extra (ruff, mypy, django-stubs, tox, sphinx) includes the test extra.
 $(STAMP_DEV): pyproject.toml | $(BIN)/python
 	$(PIP) install -e ".[dev]"
+	touch $@ $(STAMP_TEST) $(STAMP_DEMO)
+
+# The test and mysql extras; mysqlclient compiles, so its build dependencies come first.
+$(STAMP_MYSQL): pyproject.toml | $(BIN)/python install-system-mysql
+	$(PIP) install -e ".[test,mysql]"
 	touch $@ $(STAMP_TEST) $(STAMP_DEMO)
 
 install: $(STAMP_TEST)
@@ -111,6 +131,38 @@ install-system:
 		test -x $(CHROMIUM) && test -x $(MSGFMT); \
 	fi
 
+# What building mysqlclient needs, from Debian's packages: MariaDB Connector/C's headers,
+# pkg-config, gcc and the headers of the Python .venv is built on. Nothing to do when
+# mysqlclient already imports in .venv or all of them are there; otherwise apt-get, as
+# root, as install-system does. Without root or apt-get it only warns, and pip then says
+# what the build lacks (on other systems, see docs/howto/mysql.rst).
+install-system-mysql: | $(BIN)/python
+	@missing=""; \
+	if ! $(BIN)/python -c 'import MySQLdb' 2>/dev/null; then \
+		for pair in $(MYSQL_BUILD_PACKAGES); do \
+			[ -e "$${pair%%:*}" ] || missing="$$missing $${pair#*:}"; \
+		done; \
+		include=$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_path("include"))'); \
+		if [ ! -e "$$include/Python.h" ]; then \
+			case "$$include" in \
+				/usr/include/python3*) missing="$$missing $${include#/usr/include/}-dev";; \
+				*) echo "No Python headers in $$include: mysqlclient cannot build." >&2;; \
+			esac; \
+		fi; \
+	fi; \
+	if [ -z "$$missing" ]; then \
+		echo "Build dependencies of mysqlclient: present"; \
+	elif [ "$$(id -u)" -ne 0 ]; then \
+		echo "Missing Debian packages to build mysqlclient:$$missing." >&2; \
+		echo "Install them as root: sudo make install-system-mysql (or sudo apt-get install$$missing)." >&2; \
+	elif ! command -v apt-get >/dev/null; then \
+		echo "Missing to build mysqlclient, and there is no apt-get:$$missing. Install them there." >&2; \
+	else \
+		echo "Installing with apt-get:$$missing"; \
+		apt-get update && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $$missing; \
+	fi
+
 demo: $(STAMP_DEMO)
 	cd example_project && $(BIN)/python manage.py demo
 
@@ -122,8 +174,15 @@ test: $(STAMP_TEST) install-system
 test-postgres: $(STAMP_TEST) install-system
 	DATABASE_URL=$(POSTGRES_URL) $(BIN)/python -m pytest $(PYTEST_ARGS)
 
+# The URL's user must be allowed to create databases: the tests run in test_<name>, which
+# Django creates (and drops) with the server's default character set (utf8mb4 on Debian's
+# MariaDB). The database the URL names need not exist.
+test-mysql: $(STAMP_MYSQL) install-system
+	DATABASE_URL=$(MYSQL_URL) $(BIN)/python -m pytest $(PYTEST_ARGS)
+
 # One tox environment after another: the postgres ones share one test database.
-test-matrix: $(STAMP_DEV) install-system
+# install-system-mysql: tox builds mysqlclient for the MariaDB leg.
+test-matrix: $(STAMP_DEV) install-system install-system-mysql
 	$(TOX) -e $(MATRIX_ENVS) -- $(MATRIX_PYTEST_ARGS) $(PYTEST_ARGS)
 
 test-minimum: $(STAMP_DEV) install-system
