@@ -37,6 +37,9 @@ if _db["ENGINE"].endswith("sqlite3"):
     # a checkout's own runs never share a test database.
     _name = Path(_db["NAME"])
     _db["TEST"] = {"NAME": str(_name.with_name(_name.stem + "_test.sqlite3"))}
+if _db["ENGINE"].endswith("mysql"):
+    # Whatever the server's default: the test database holds text as durable_jobs needs.
+    _db["TEST"] = {"CHARSET": "utf8mb4", "COLLATION": "utf8mb4_unicode_ci"}
 if os.environ.get("DURABLE_JOBS_TEST_DB_NAME"):
     _db["NAME"] = os.environ["DURABLE_JOBS_TEST_DB_NAME"]
 

@@ -121,6 +121,17 @@ def test_a_value_longer_than_its_column_is_refused_not_cut_short() -> None:
     assert not Job.objects.exists()
 
 
+def test_keys_and_queues_compare_byte_for_byte_as_on_the_other_databases() -> None:
+    upper = jobs.add.using(idempotency_key="Order-1").delay(a=1)
+    lower = jobs.add.using(idempotency_key="order-1").delay(a=1)
+    accented = jobs.add.using(idempotency_key="ordér-1").delay(a=1)
+    assert len({upper.pk, lower.pk, accented.pk}) == 3
+    jobs.add.using(queue="Reports").delay(a=1)
+    request = ClaimRequest(queue="reports", limit=5, node_id=None, lease_seconds=30)
+    with transaction.atomic():
+        assert engine_for().claim(request, guarded=True, choose_keyed=lambda keyed: []) == []
+
+
 # -- the claim's index --------------------------------------------------------------------------
 
 
@@ -202,9 +213,13 @@ def test_a_key_lock_in_the_projects_transaction_lasts_until_it_commits() -> None
 
 
 @pytest.fixture
-def short_lock_waits(options) -> None:
-    """Every new connection gives up a lock wait after one second (error 1205)."""
+def short_lock_waits(options) -> Iterator[None]:
+    """This thread's connection, and every new one, gives up a lock wait after one second
+    (error 1205); the connection is closed after, taking the setting with it."""
     options["init_command"] = "SET SESSION innodb_lock_wait_timeout = 1"
+    with connection.cursor() as cursor:
+        cursor.execute("SET SESSION innodb_lock_wait_timeout = 1")
+    yield
     connection.close()
 
 
