@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -224,17 +223,18 @@ def short_lock_waits(options) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def key_held(key: str, seconds: float) -> Iterator[None]:
-    """Another connection inserts a job with ``key`` and holds it, uncommitted, for
-    ``seconds``, then rolls back: an enqueue of the key meanwhile waits for its lock."""
-    ready = threading.Event()
+def key_held(key: str) -> Iterator[threading.Event]:
+    """Another connection inserts a job with ``key`` and holds it, uncommitted, until the
+    yielded event is set (or 30 s), then rolls back: an enqueue of the key meanwhile
+    waits for its lock."""
+    ready, release = threading.Event(), threading.Event()
 
     def hold() -> None:
         try:
             with transaction.atomic():
                 jobs.add.using(idempotency_key=key).delay(a=0)
                 ready.set()
-                time.sleep(seconds)
+                release.wait(30)
                 transaction.set_rollback(True)
         finally:
             connections.close_all()
@@ -243,9 +243,34 @@ def key_held(key: str, seconds: float) -> Iterator[None]:
     holder.start()
     assert ready.wait(10)
     try:
+        yield release
+    finally:
+        release.set()
+        holder.join(30)
+
+
+class ReleaseOnRerun(logging.Handler):
+    """Sets ``release`` when an enqueue is run again: the holder lets go only after the
+    first attempt has timed out, however slowly the machine runs."""
+
+    def __init__(self, release: threading.Event) -> None:
+        super().__init__()
+        self.rerun_seen = release  # not "release": Handler.release() is its lock's
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if RERUN_MESSAGE in record.getMessage():
+            self.rerun_seen.set()
+
+
+@contextlib.contextmanager
+def released_on_rerun(release: threading.Event) -> Iterator[None]:
+    handler = ReleaseOnRerun(release)
+    logger = logging.getLogger("durable_jobs")
+    logger.addHandler(handler)
+    try:
         yield
     finally:
-        holder.join(30)
+        logger.removeHandler(handler)
 
 
 def reruns(caplog) -> int:
@@ -254,9 +279,9 @@ def reruns(caplog) -> int:
 
 def test_an_enqueue_that_times_out_waiting_for_a_key_runs_again(short_lock_waits, caplog) -> None:
     caplog.set_level(logging.INFO, logger="durable_jobs")
-    with key_held("held", seconds=1.5):
+    with key_held("held") as release, released_on_rerun(release):
         job = jobs.add.using(idempotency_key="held").delay(a=1)  # autocommit
-    assert reruns(caplog) == 1  # timed out once at 1 s, got in after the rollback
+    assert reruns(caplog) == 1  # timed out once after 1 s, got in after the rollback
     assert list(Job.objects.values_list("pk", "idempotency_key")) == [(job.pk, "held")]
 
 
@@ -264,7 +289,7 @@ def test_a_bulk_enqueue_that_times_out_waiting_for_a_key_runs_again(
     short_lock_waits, caplog
 ) -> None:
     caplog.set_level(logging.INFO, logger="durable_jobs")
-    with key_held("held", seconds=1.5):
+    with key_held("held") as release, released_on_rerun(release):
         made = enqueue_many(
             [jobs.add.using(idempotency_key="held").prepare(a=1)]
             + [jobs.add.prepare(a=n) for n in range(10)]
@@ -286,8 +311,8 @@ def test_inside_the_projects_transaction_the_timeout_is_the_projects(
             jobs.add.delay(a=2)
             jobs.add.using(idempotency_key="held").delay(a=1)
 
-    with key_held("held", seconds=1.5), pytest.raises(OperationalError, match="Lock wait"):
-        enqueue_two()
+    with key_held("held"), pytest.raises(OperationalError, match="Lock wait"):
+        enqueue_two()  # the holder lets go only when this is over
     assert reruns(caplog) == 0
     assert not Job.objects.exists()
 
@@ -304,7 +329,7 @@ def test_a_worker_pass_that_times_out_on_a_locked_job_runs_again(short_lock_wait
             with transaction.atomic():
                 list(Job.objects.select_for_update().filter(pk=job.pk))
                 locked.set()
-                release.wait(1.6)
+                release.wait(30)
         finally:
             connections.close_all()
 
@@ -314,6 +339,9 @@ def test_a_worker_pass_that_times_out_on_a_locked_job_runs_again(short_lock_wait
         wait_for(lambda: Job.objects.get(pk=job.pk).state == State.LEASED, timeout=10)
         holder.start()
         assert locked.wait(10)
+        # Let go once a pass has timed out on the lock and been run again.
+        wait_for(lambda: worker.stats.transient >= 1, timeout=20)
+        release.set()
         wait_for(lambda: Job.objects.get(pk=job.pk).state == State.COMPLETED, timeout=20)
     finally:
         release.set()

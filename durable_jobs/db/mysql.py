@@ -41,8 +41,12 @@ if TYPE_CHECKING:
 
     from durable_jobs.lifecycle.outcomes import Settlement
 
+# The index is named: on a small or freshly changed table the optimizer may prefer the
+# (state, queue, available_at) index and sort what it finds, which locks every waiting
+# job it reads rather than the first few in claim order.
 PICK_SQL = """
 SELECT id, concurrency_key, concurrency_limit FROM {table} AS job
+FORCE INDEX (durable_job_claim_my)
 WHERE claim_queue = %(queue)s
   AND state IN ({sources})
   AND available_at <= %(now)s
