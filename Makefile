@@ -175,8 +175,8 @@ test-postgres: $(STAMP_TEST) install-system
 	DATABASE_URL=$(POSTGRES_URL) $(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # The URL's user must be allowed to create databases: the tests run in test_<name>, which
-# Django creates (and drops) with the server's default character set (utf8mb4 on Debian's
-# MariaDB). The database the URL names need not exist.
+# Django creates (in utf8mb4, see tests/settings.py) and drops. The database the URL names
+# need not exist.
 test-mysql: $(STAMP_MYSQL) install-system
 	DATABASE_URL=$(MYSQL_URL) $(BIN)/python -m pytest $(PYTEST_ARGS)
 
