@@ -213,7 +213,8 @@ def test_the_autoreloaded_child_runs_jobs_and_hands_back_on_control_c(
     # The child serves, and runs the worker; the reloader parent runs neither.
     assert serving["pid"] != server.proc.pid
     assert set(serving["threads"]) >= WORKER_THREADS
-    node = Node.objects.get(pid=serving["pid"])
+    # The server may answer before its inline worker has registered.
+    node = until(lambda: Node.objects.filter(pid=serving["pid"]).first(), server, "registered")
     assert not Node.objects.filter(pid=server.proc.pid).exists()
 
     quick = server.enqueue()
@@ -249,7 +250,7 @@ def test_a_reload_hands_back_and_the_new_child_runs_the_job_again(
     server = Server(tmp_path, inline="true")
     servers.append(server)
     first = server.process()
-    first_node = Node.objects.get(pid=first["pid"])
+    first_node = until(lambda: Node.objects.filter(pid=first["pid"]).first(), server, "registered")
     long = leased_long_job(server, tmp_path / "markers")
 
     def new_child() -> Node | None:
@@ -290,7 +291,8 @@ def test_with_noreload_the_one_process_runs_jobs_and_hands_back_when_stopped(
     servers.append(server)
     serving = server.process()
     assert serving["pid"] == server.proc.pid
-    node = Node.objects.get(pid=serving["pid"])
+    # The server may answer before its inline worker has registered.
+    node = until(lambda: Node.objects.filter(pid=serving["pid"]).first(), server, "registered")
     quick = server.enqueue()
     until(lambda: Job.objects.get(pk=quick.pk).state == State.COMPLETED, server, "completed")
 
