@@ -18,6 +18,7 @@ from django.utils.translation import gettext_lazy as _
 
 from durable_jobs.conf import get_settings
 from durable_jobs.flow.rates import format_rate
+from durable_jobs.indexes import PartialIndex
 from durable_jobs.lifecycle.states import CLAIMABLE, FINAL, State
 
 
@@ -154,7 +155,7 @@ class Batch(models.Model):
         verbose_name = _("batch")
         verbose_name_plural = _("batches")
         indexes = [
-            models.Index(
+            PartialIndex(
                 fields=["created_at"],
                 name="durable_batch_open_idx",
                 condition=Q(finished_at__isnull=True),
@@ -244,13 +245,13 @@ class Job(models.Model):
         indexes = [
             # The claim: per queue, highest priority first, then FIFO. Partial, so it
             # only holds the (few) waiting jobs however many finished ones accumulate.
-            models.Index(
+            PartialIndex(
                 fields=["queue", "-priority", "available_at", "id"],
                 name="durable_job_claim_idx",
                 condition=_claimable(),
             ),
             # Rescue of expired leases.
-            models.Index(
+            PartialIndex(
                 fields=["lease_expires_at"],
                 name="durable_job_lease_idx",
                 condition=Q(state=State.LEASED),
@@ -261,7 +262,7 @@ class Job(models.Model):
             # the condition is written on it because SQLite (unlike PostgreSQL) can use
             # a partial index with a parameter only through an IS NOT NULL condition,
             # which any `finished_at >= ?` implies.
-            models.Index(
+            PartialIndex(
                 fields=["state", "finished_at", "queue"],
                 name="durable_job_finished_idx",
                 condition=Q(finished_at__isnull=False),
@@ -269,19 +270,19 @@ class Job(models.Model):
             # A node's leased jobs (a stopped node's are unlinked). Partial: every claim
             # and acknowledgement rewrites each full index of the row, so the job table
             # keeps as few full indexes as the admin needs.
-            models.Index(
+            PartialIndex(
                 fields=["leased_by"],
                 name="durable_job_leased_by_idx",
                 condition=Q(leased_by__isnull=False),
             ),
             # Counting the leased holders of a concurrency key, inside the claim.
-            models.Index(
+            PartialIndex(
                 fields=["concurrency_key"],
                 name="durable_job_key_idx",
                 condition=Q(state=State.LEASED),
             ),
             # A batch's progress and completion check.
-            models.Index(
+            PartialIndex(
                 fields=["batch", "state"],
                 name="durable_job_batch_idx",
                 condition=Q(batch__isnull=False),
@@ -379,7 +380,7 @@ class Attempt(models.Model):
             # Error groups and the failure rate read the newest failures only: partial,
             # so successful attempts (the many) cost it nothing. Queries reach it with
             # outcome__in_constants (see durable_jobs.db.lookups) for SQLite's sake.
-            models.Index(
+            PartialIndex(
                 fields=["finished_at"],
                 name="durable_attempt_failed_idx",
                 condition=Q(outcome__in=FAILED_OUTCOMES),
@@ -447,7 +448,7 @@ class Schedule(models.Model):
         ordering = ["id"]
         indexes = [
             # The heartbeat reads only due, enabled schedules, however many exist.
-            models.Index(
+            PartialIndex(
                 fields=["next_run_at"],
                 name="durable_schedule_due_idx",
                 condition=Q(enabled=True),

@@ -1,7 +1,7 @@
 """On MySQL and MariaDB, which have no partial indexes, the indexes that stand in for them.
 
 On these servers Django creates the earlier migrations' partial indexes without their
-conditions (``models.W037``). Where the condition was what made an index useful, another
+conditions. Where the condition was what made an index useful, another
 one takes its place: the concurrency key's holders, open batches, failed attempts and
 enabled schedules lead with the column the condition tested. The claim's index instead
 covers two generated columns, which exist on these servers only: ``claim_queue`` holds
