@@ -166,7 +166,8 @@ def test_the_claim_reads_the_claim_index_in_order_past_finished_jobs() -> None:
 
 def lock_is_free(key: str) -> bool:
     with connections.create_connection("default").cursor() as cursor:
-        cursor.execute("SELECT IS_FREE_LOCK(%s)", [named_locks._name(key)])
+        name = named_locks._name(key, connection.settings_dict["NAME"])
+        cursor.execute("SELECT IS_FREE_LOCK(%s)", [name])
         return cursor.fetchone()[0] == 1
 
 

@@ -6,8 +6,8 @@ transaction ends: by :func:`released_after` around a transaction the engine open
 inside the project's own transaction, when it commits (``on_commit``) or, after a
 rollback, before the connection's next transaction of the engine's.
 
-Names are hashed to fit the servers' 64-character limit. A hash collision only
-serialises two keys' holders: what they guard stays exact.
+Names are hashed, with the database's name, to fit the servers' 64-character limit. A
+hash collision only serialises two keys' holders: what they guard stays exact.
 """
 
 from __future__ import annotations
@@ -28,8 +28,10 @@ _HELD = "_durable_jobs_named_locks"
 _OWN = "_durable_jobs_own_transaction"
 
 
-def _name(key: str) -> str:
-    return "durable_jobs:" + hashlib.sha1(key.encode()).hexdigest()
+def _name(key: str, database: str) -> str:
+    # Named locks belong to the server, not to a database: the database's name keeps two
+    # projects (or a project's test run) on one server from waiting on each other's keys.
+    return "durable_jobs:" + hashlib.sha1(f"{database}\0{key}".encode()).hexdigest()
 
 
 def held(connection: Any) -> set[str]:
@@ -48,7 +50,8 @@ def lock(connection: Any, keys: Sequence[str]) -> None:
     wait on each other in a cycle) for the rest of the current transaction."""
     with connection.cursor() as cursor:
         names = held(connection)
-        wanted = sorted({_name(key) for key in keys} - names)
+        database = str(connection.settings_dict["NAME"])
+        wanted = sorted({_name(key, database) for key in keys} - names)
         if not wanted:
             return
         if not getattr(connection, _OWN, False):

@@ -32,7 +32,7 @@ from django.utils import timezone
 
 from durable_jobs import limits, registry
 from durable_jobs.db import engine_for
-from durable_jobs.enqueueing import insert_or_get
+from durable_jobs.enqueueing import insert_or_get, rerun_if_rolled_back
 from durable_jobs.exceptions import EnqueueError, UnknownJob
 from durable_jobs.handlers import EnqueueOptions, JobHandler
 from durable_jobs.http import throttle
@@ -122,7 +122,9 @@ def submit(user: Any, handler: JobHandler, arguments: dict[str, Any], key: str) 
     # database's), however large or slow to check it is. Under the lock, below, the same
     # checks run again, exactly; a retried key goes straight there, to its job.
     if not JobRequest.objects.using(alias).filter(user=who, name=handler.name, key=key).exists():
-        _check_new_request(handler, arguments, who, alias)
+        # Reads in autocommit: run again if the database ended one to break a deadlock
+        # (InnoDB may, under SERIALIZABLE, where plain reads take shared locks).
+        rerun_if_rolled_back(engine, lambda: _check_new_request(handler, arguments, who, alias))
     with engine.keyed_transaction(f"durable_jobs.request:{who}:{handler.name}"):
         earlier = JobRequest.objects.using(alias).filter(user=who, name=handler.name, key=key)
         previous = earlier.first()
