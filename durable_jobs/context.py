@@ -6,7 +6,7 @@ import datetime
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
@@ -21,6 +21,15 @@ if TYPE_CHECKING:
 PROGRESS_MIN_INTERVAL = 1.0
 
 
+class LeaseWrites(Protocol):
+    """Where a context's progress and lease renewals go when this process does not write
+    them itself (a child of the process executor hands them to its worker)."""
+
+    def progress(self, percent: float) -> None: ...
+
+    def heartbeat(self) -> bool: ...
+
+
 @dataclass
 class JobContext:
     job: Job
@@ -30,6 +39,8 @@ class JobContext:
     #: Set by the worker when execution middleware wraps the attempt: binds the payload
     #: and calls the handler (the end of the chain).
     _invoke: Callable[[], Any] = field(default=lambda: None, repr=False, compare=False)
+    #: None: written here, on this process's database connection.
+    _writes: LeaseWrites | None = field(default=None, repr=False, compare=False)
 
     @property
     def attempt(self) -> int:
@@ -67,17 +78,33 @@ class JobContext:
         if percent not in (0.0, 100.0) and now - self._last_progress_write < PROGRESS_MIN_INTERVAL:
             return
         self._last_progress_write = now
-        self._leased().update(progress=percent, updated_at=timezone.now())
+        if self._writes is not None:
+            self._writes.progress(percent)
+        else:
+            write_progress(self.job, percent)
 
     def heartbeat(self) -> bool:
         """Extend this job's lease now. False means the lease was lost: stop work that matters."""
-        expires = timezone.now() + datetime.timedelta(seconds=self.lease_seconds)
-        return self._leased().update(lease_expires_at=expires) == 1
+        if self._writes is not None:
+            return self._writes.heartbeat()
+        return extend_lease(self.job, self.lease_seconds)
 
-    def _leased(self) -> Any:
-        from durable_jobs.lifecycle.transitions import leased_under
 
-        return leased_under([self.job.pk], self.job.lease_token, using=self.job._state.db)
+def write_progress(job: Job, percent: float) -> None:
+    """Store ``job``'s progress, while its lease holds."""
+    _leased(job).update(progress=percent, updated_at=timezone.now())
+
+
+def extend_lease(job: Job, lease_seconds: float) -> bool:
+    """Extend ``job``'s lease by ``lease_seconds`` from now; False if the lease was lost."""
+    expires = timezone.now() + datetime.timedelta(seconds=lease_seconds)
+    return _leased(job).update(lease_expires_at=expires) == 1
+
+
+def _leased(job: Job) -> Any:
+    from durable_jobs.lifecycle.transitions import leased_under
+
+    return leased_under([job.pk], job.lease_token, using=job._state.db)
 
 
 def _parse(value: Any) -> datetime.datetime | None:

@@ -87,3 +87,7 @@ class LeaseExpired(DurableJobsError):
 
 class WorkerStopped(DurableJobsError):
     """The worker stopped before the job finished; the job was handed back to the queue."""
+
+
+class ProcessExited(DurableJobsError):
+    """The child process running the job exited before reporting how the job ended."""

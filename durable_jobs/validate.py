@@ -267,3 +267,20 @@ def describe_unstorable(value: Any) -> str:
     return (
         f"a {_kind(value)}: pass ids or plain JSON values (str, int, float, bool, None, list, dict)"
     )
+
+
+#: ``max_memory_per_child`` units: binary, as ``ps`` and ``top`` count resident memory.
+SIZE_UNITS = {"B": 1, "KB": 1024, "MB": 1024**2, "GB": 1024**3, "TB": 1024**4}
+
+
+def parse_size(value: Any) -> int:
+    """``"512MB"`` -> 536870912; a whole number is bytes. ValueError if neither."""
+    if whole(value) and value > 0:
+        return int(value)
+    if isinstance(value, str):
+        text = value.strip().upper().replace("IB", "B").replace(" ", "")
+        number = text.rstrip("KMGTB")
+        unit = text[len(number) :].removesuffix("B") + "B"  # "512M" too
+        if number.isdigit() and unit in SIZE_UNITS and int(number) > 0:
+            return int(number) * SIZE_UNITS[unit]
+    raise ValueError(f"{value!r} is not a size such as '512MB' (B, KB, MB, GB, TB) or bytes")

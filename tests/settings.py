@@ -8,6 +8,7 @@ the test database's name.
 """
 
 import hashlib
+import json
 import os
 import tempfile
 from pathlib import Path
@@ -93,6 +94,11 @@ DURABLE_JOBS = {
     "POLL_INTERVAL": 0.2,
     "SHUTDOWN_GRACE_SECONDS": 5,
 }
+
+if os.environ.get("DURABLE_JOBS_TEST_PROCESS_QUEUE"):
+    # tests/test_process_executor.py: a "processes" queue for runworker subprocesses.
+    _queues: dict = DURABLE_JOBS["QUEUES"]  # type: ignore[assignment]
+    _queues["processes"] = json.loads(os.environ["DURABLE_JOBS_TEST_PROCESS_QUEUE"])
 
 if os.environ.get("DURABLE_JOBS_TEST_BAD_MIDDLEWARE"):
     # tests/test_health.py: a probe runs without the system checks (this fails E020).

@@ -33,6 +33,16 @@ class QueueOptions:
     concurrency: int
     global_concurrency: int | None = None
     rate: str | None = None
+    #: ``"thread"``: jobs run on the worker's threads; ``"process"``: each in a pooled child.
+    executor: str = "thread"
+    #: Process executor: a child is replaced after this many jobs (None: never).
+    max_jobs_per_child: int | None = None
+    #: Process executor: a child whose resident memory passes this many bytes after a job
+    #: is replaced (None: never).
+    max_memory_per_child: int | None = None
+
+
+EXECUTORS = ("thread", "process")
 
 
 class Kind(Generic[T]):
@@ -233,7 +243,15 @@ class Declarations(Kind["Mapping[str, Any]"]):
 class Queues(Kind["dict[str, QueueOptions]"]):
     """Queue name -> options (``concurrency``, ``global_concurrency``, ``rate``)."""
 
-    OPTIONS = ("concurrency", "global_concurrency", "rate")
+    OPTIONS = (
+        "concurrency",
+        "global_concurrency",
+        "rate",
+        "executor",
+        "max_jobs_per_child",
+        "max_memory_per_child",
+    )
+    PROCESS_ONLY = ("max_jobs_per_child", "max_memory_per_child")
 
     def problems(self, key: str, value: Any) -> list[Problem]:
         if not isinstance(value, dict) or not value:
@@ -270,7 +288,8 @@ class Queues(Kind["dict[str, QueueOptions]"]):
             found.append(
                 Problem(
                     f"Queue {name!r}: unknown option(s) {', '.join(map(repr, unknown))}.",
-                    hint="Queue options are concurrency (per node), global_concurrency and rate.",
+                    hint="Queue options are concurrency (per node), global_concurrency, rate, "
+                    "executor, max_jobs_per_child and max_memory_per_child.",
                     id="durable_jobs.E012",
                 )
             )
@@ -296,15 +315,66 @@ class Queues(Kind["dict[str, QueueOptions]"]):
                         id="durable_jobs.E013",
                     )
                 )
+        return found + self.executor_problems(name, options)
+
+    def executor_problems(self, name: str, options: dict[str, Any]) -> list[Problem]:
+        executor = options.get("executor", "thread")
+        if executor not in EXECUTORS:
+            return [
+                Problem(
+                    f"Queue {name!r}: executor must be 'thread' or 'process' (got {executor!r}).",
+                    hint="'process' runs each job in a pooled child process, which the worker "
+                    "kills at the job's timeout.",
+                    id="durable_jobs.E012",
+                )
+            ]
+        found = []
+        given = [key for key in self.PROCESS_ONLY if options.get(key) is not None]
+        if executor == "thread" and given:
+            found.append(
+                Problem(
+                    f"Queue {name!r}: {' and '.join(given)} only apply to the process executor.",
+                    hint=f'Add "executor": "process" to the options of {name!r}, or remove them.',
+                    id="durable_jobs.E012",
+                )
+            )
+        most = options.get("max_jobs_per_child")
+        if most is not None and (not validate.whole(most) or most < 1):
+            found.append(
+                Problem(
+                    f"Queue {name!r}: max_jobs_per_child must be an integer >= 1 or None "
+                    f"(got {most!r}).",
+                    hint="A child process is replaced after running that many jobs.",
+                    id="durable_jobs.E012",
+                )
+            )
+        memory = options.get("max_memory_per_child")
+        if memory is not None:
+            try:
+                validate.parse_size(memory)
+            except ValueError as exc:
+                found.append(
+                    Problem(
+                        f"Queue {name!r}: max_memory_per_child {exc}.",
+                        hint='For example "max_memory_per_child": "512MB" (resident memory, '
+                        "checked after each job).",
+                        id="durable_jobs.E012",
+                    )
+                )
         return found
 
     def convert(self, value: Any) -> dict[str, QueueOptions]:
-        return {
-            name: QueueOptions(
+        converted = {}
+        for name, options in value.items():
+            options = options or {}
+            memory = options.get("max_memory_per_child")
+            converted[name] = QueueOptions(
                 name=name,
-                concurrency=int((options or {}).get("concurrency", 10)),
-                global_concurrency=(options or {}).get("global_concurrency"),
-                rate=(options or {}).get("rate"),
+                concurrency=int(options.get("concurrency", 10)),
+                global_concurrency=options.get("global_concurrency"),
+                rate=options.get("rate"),
+                executor=options.get("executor", "thread"),
+                max_jobs_per_child=options.get("max_jobs_per_child"),
+                max_memory_per_child=None if memory is None else validate.parse_size(memory),
             )
-            for name, options in value.items()
-        }
+        return converted

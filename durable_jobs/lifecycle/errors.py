@@ -21,10 +21,33 @@ def clean_text(text: str) -> str:
     return text.replace("\x00", "\\x00")
 
 
+class DescribedError(Exception):
+    """An error known by its description only: raised in another process (a child of the
+    process executor), whose exception object did not cross over, only its text."""
+
+    def __init__(self, error_class: str, message: str, trace: str = "") -> None:
+        super().__init__(message)
+        self.error_class, self.message, self.trace = error_class, message, trace
+        if trace:
+            # Shown by logging's exc_info (so error trackers get the child's stack), the
+            # way concurrent.futures shows a worker process's traceback.
+            self.__cause__ = RemoteTraceback(trace)
+
+
+class RemoteTraceback(Exception):
+    def __init__(self, trace: str) -> None:
+        super().__init__(trace)
+
+    def __str__(self) -> str:
+        return f'\n"""\n{self.args[0]}"""'
+
+
 def describe_error(error: BaseException | None) -> tuple[str, str, str]:
     """(class path, the whole cause chain as text, the formatted traceback)."""
     if error is None:
         return "", "", ""
+    if isinstance(error, DescribedError):
+        return error.error_class, error.message, error.trace
     cls = type(error)
     chain, seen = [], set()
     current: BaseException | None = error

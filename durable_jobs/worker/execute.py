@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from django.utils import timezone
 
 from durable_jobs import resolve, signals
-from durable_jobs.context import JobContext
+from durable_jobs.context import JobContext, LeaseWrites
 from durable_jobs.exceptions import Cancel, Discard, JobTimeout, PayloadMismatch, Snooze, UnknownJob
 from durable_jobs.lifecycle.errors import storable
 from durable_jobs.lifecycle.outcomes import RunResult
@@ -36,6 +36,8 @@ def execute(
     lease_seconds: float = 60.0,
     handler: JobHandler[..., Any] | None = None,
     worker_node: Node | None = None,
+    writes: LeaseWrites | None = None,
+    announce: bool = True,
 ) -> RunResult:
     """Run ``job``'s handler (looked up by name unless given) with its stored payload,
     through the execution middleware if there is any.
@@ -44,6 +46,10 @@ def execute(
     other ``BaseException`` s are the attempt's failure too (in a worker's pool thread
     they could stop nothing but this job). Only the pool's own :class:`Interrupted`
     goes through.
+
+    In a child of the process executor, ``writes`` carries the context's progress and
+    lease renewals to the worker, which has already sent ``attempt_started``
+    (``announce=False``).
     """
     started_at = timezone.now()
     t0 = time.monotonic()
@@ -52,10 +58,13 @@ def execute(
     error: BaseException | None = None
     try:
         handler = handler or resolve.handler_for(job)  # once per job, with the worker
-        signals.send(
-            signals.attempt_started, Job, job=job, attempt_number=job.attempts, node=worker_node
+        if announce:
+            signals.send(
+                signals.attempt_started, Job, job=job, attempt_number=job.attempts, node=worker_node
+            )
+        value = storable(
+            handler.stored_result(run(handler, job, node, adapter, lease_seconds, writes))
         )
-        value = storable(handler.stored_result(run(handler, job, node, adapter, lease_seconds)))
     except Snooze as exc:
         outcome, error, snooze = Outcome.SNOOZED, exc, exc.seconds
     except Cancel as exc:
@@ -91,17 +100,18 @@ def run(
     node: str,
     adapter: JobLoggerAdapter,
     lease_seconds: float,
+    writes: LeaseWrites | None = None,
 ) -> Any:
     """Bind ``job``'s payload and call the handler, inside the middleware chain if any."""
+
+    def new_context() -> JobContext:
+        return JobContext(job=job, logger=adapter, lease_seconds=lease_seconds, _writes=writes)
+
     chain = middleware.chain()
     if chain is None:  # the fast path: no context unless the handler asks for one
-        args, kwargs = handler.call_arguments(
-            job,
-            node=node,
-            job_context=lambda: JobContext(job=job, logger=adapter, lease_seconds=lease_seconds),
-        )
+        args, kwargs = handler.call_arguments(job, node=node, job_context=new_context)
         return call_handler(handler, job.timeout, args, kwargs)
-    context = JobContext(job=job, logger=adapter, lease_seconds=lease_seconds)
+    context = new_context()
 
     def invoke() -> Any:
         args, kwargs = handler.call_arguments(job, node=node, job_context=lambda: context)

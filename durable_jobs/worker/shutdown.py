@@ -26,8 +26,8 @@ if TYPE_CHECKING:
     from durable_jobs.db.engine import Engine
     from durable_jobs.maintenance import MaintenanceRunner
     from durable_jobs.worker.config import Timing
+    from durable_jobs.worker.executors import Executors
     from durable_jobs.worker.outbox import Outbox, WorkerStats
-    from durable_jobs.worker.pool import ThreadPool
     from durable_jobs.worker.running import Running, RunningJobs
     from durable_jobs.worker.wakeups import LoopWake, NotifyListener
 
@@ -51,7 +51,7 @@ class GracefulStop:
     running: RunningJobs
     outbox: Outbox
     wake: LoopWake
-    pool: ThreadPool | None
+    pool: Executors | None
     listener: NotifyListener | None
     maintenance: MaintenanceRunner
     stopping: bool

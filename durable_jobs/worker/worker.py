@@ -34,11 +34,12 @@ from durable_jobs.maintenance.base import Service
 from durable_jobs.models import Job, Node, Outcome
 from durable_jobs.worker.config import Timing, parse_queue_spec
 from durable_jobs.worker.execute import execute
+from durable_jobs.worker.executors import Executors
 from durable_jobs.worker.failures import DatabaseFailures
 from durable_jobs.worker.heartbeat import Heartbeat
 from durable_jobs.worker.node import register_node
 from durable_jobs.worker.outbox import Outbox, WorkerStats
-from durable_jobs.worker.pool import Interrupted, ThreadPool, TimedOut
+from durable_jobs.worker.pool import Interrupted, TimedOut
 from durable_jobs.worker.running import Running, RunningJobs
 from durable_jobs.worker.shutdown import GracefulStop
 from durable_jobs.worker.wakeups import ChangeCounter, LoopWake, NotifyListener
@@ -117,7 +118,7 @@ class Worker(GracefulStop):
             on_failure=self._maintenance_failed,
             on_database_error=self.database_failures.count,
         )
-        self.pool: ThreadPool | None = None
+        self.pool: Executors | None = None
         self.listener: NotifyListener | None = None
         self.changes: ChangeCounter | None = None
 
@@ -170,9 +171,9 @@ class Worker(GracefulStop):
         )
         flow_queues.sync_for_worker(self.queues, self.rates, using=self.alias)
         self.limited_queues = self.heartbeat.limited_queues()
-        self.pool = ThreadPool(
-            sum(self.queues.values()), work=self._work, report=self.running.report,
-            name=self.node.name,
+        self.pool = Executors.start(
+            self.queues, work=self._work, report=self.running.report, node=self.node,
+            alias=self.alias, lease_seconds=self.timing.lease_seconds,
         )  # fmt: skip
         wakeup.subscribe(self.wake)
         if not self.burst:

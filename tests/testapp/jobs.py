@@ -338,3 +338,76 @@ def raises_text(text: str) -> None:
 @job(name="tests.context_and_any", takes_context=True)
 def context_and_any(context: JobContext, **kwargs: object) -> int:
     return len(kwargs)
+
+
+# -- the process executor (enqueued on "processes", a queue the tests configure with
+# "executor": "process") ----------------------------------------------------------------
+
+#: What a child of the process executor allocated and keeps, so its resident memory stays up.
+_kept: list[bytes] = []
+
+
+def _record_pid(context: JobContext) -> None:
+    SideEffect.objects.create(
+        job_id=context.job.pk, attempt=context.attempt, label=str(os.getpid())
+    )
+
+
+@job(name="tests.proc.pid", takes_context=True)
+def proc_pid(context: JobContext, n: int = 0) -> int:
+    """Records the pid of the process that ran it."""
+    _record_pid(context)
+    return os.getpid()
+
+
+@job(
+    name="tests.proc.hang",
+    takes_context=True,
+    timeout=1,
+    max_retries=1,
+    backoff=[0],
+)
+def proc_hang(context: JobContext, seconds: float = 3600) -> int:
+    """Blocks in C (a sleep no exception interrupts) on its first attempt; succeeds after."""
+    _record_pid(context)
+    if context.attempt == 1:
+        time.sleep(seconds)
+    return os.getpid()
+
+
+@job(name="tests.proc.exit", max_retries=0)
+def proc_exit(status: int = 3) -> None:
+    os._exit(status)
+
+
+@job(name="tests.proc.allocate", takes_context=True)
+def proc_allocate(context: JobContext, megabytes: int = 0) -> int:
+    """Keeps ``megabytes`` of touched memory for the rest of its process's life."""
+    if megabytes:
+        _kept.append(b"x" * (megabytes * 1024 * 1024))
+    _record_pid(context)
+    return os.getpid()
+
+
+@job(name="tests.proc.context", takes_context=True)
+def proc_context(context: JobContext) -> dict:
+    context.progress(0)
+    context.progress(40)
+    held = context.heartbeat()
+    context.logger.info("running in pid %s", os.getpid())
+    return {"held": held, "pid": os.getpid(), "attempt": context.attempt}
+
+
+@job(name="tests.proc.async", takes_context=True)
+async def proc_async(context: JobContext, x: int) -> dict:
+    await asyncio.sleep(0.01)
+    context.logger.info("async in pid %s", os.getpid())
+    return {"x": x * 2, "pid": os.getpid(), "loop": type(asyncio.get_running_loop()).__name__}
+
+
+@job(name="tests.proc.raises", max_retries=0)
+def proc_raises() -> None:
+    try:
+        raise KeyError("inner")
+    except KeyError as exc:
+        raise ValueError("the handler failed in its child") from exc
