@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -94,8 +95,41 @@ class WorkerProcesses:
     def cleanup(self) -> None:
         for proc in self.procs:
             if proc.poll() is None:
+                # A supervisor's (runworker --processes) children first: once it is gone
+                # they would stop gracefully, still using the test database meanwhile.
+                kill_children(proc.pid)
                 proc.send_signal(signal.SIGKILL)
                 proc.wait(timeout=10)
+
+
+def child_pids(pid: int) -> list[int]:
+    """The pids of ``pid``'s live child processes (Linux: read from /proc; else none)."""
+    found = []
+    for entry in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            stat = entry.read_text()
+        except OSError:  # it exited meanwhile
+            continue
+        # "pid (comm) state ppid ...": comm may hold spaces and parentheses.
+        state, ppid = stat[stat.rindex(")") + 2 :].split()[:2]
+        if int(ppid) == pid and state not in ("Z", "X"):
+            found.append(int(entry.parent.name))
+    return found
+
+
+def pid_running(pid: int) -> bool:
+    """Whether ``pid`` is a live process (a zombie, exited but not reaped, is not)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2] not in ("Z", "X")
+
+
+def kill_children(pid: int) -> None:
+    for child in child_pids(pid):
+        with contextlib.suppress(ProcessLookupError):  # it exited meanwhile
+            os.kill(child, signal.SIGKILL)
 
 
 def logs_of(workers: WorkerProcesses, procs: Iterable[subprocess.Popen[bytes]]) -> str:

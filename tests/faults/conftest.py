@@ -49,7 +49,7 @@ from django.utils import timezone
 
 from durable_jobs.models import Attempt, Job, Node, Outcome
 from durable_jobs.states import FINAL, UNFINISHED, State
-from tests.conftest import WorkerProcesses, logs_of, wait_until
+from tests.conftest import WorkerProcesses, kill_children, logs_of, wait_until
 from tests.testapp.models import SideEffect
 
 #: Generous bound for a worker process to start (Django setup) on a loaded 2-core machine.
@@ -152,6 +152,7 @@ class FaultWorkers(WorkerProcesses):
         # By pid, each process this test started; never by name.
         for proc in self.procs:
             if proc.poll() is None:
+                kill_children(proc.pid)  # a supervisor's workers
                 with contextlib.suppress(ProcessLookupError):  # it exited meanwhile
                     os.kill(proc.pid, signal.SIGKILL)
                 proc.wait(timeout=10)
