@@ -9,7 +9,7 @@ Why it is shaped this way:
   ``django-admin`` with ``--settings`` and ``--pythonpath``). Spawning starts a fresh
   interpreter with the parent's ``sys.path``, working directory and environment
   (``DJANGO_SETTINGS_MODULE`` included), whichever way it was started; the child then
-  sets Django up itself (:func:`durable_jobs.supervised.child_main`). Each child is a
+  sets Django up itself (:func:`durable_jobs.worker.supervised.child_main`). Each child is a
   full worker, with its own ``Node`` row, run by ``runworker``'s own code.
 * **The supervisor holds no database connection** and registers no ``Node``: it closes
   every connection before it starts a child, and only waits on the children's
@@ -51,8 +51,8 @@ from typing import Any
 
 from django.db import connections
 
-from durable_jobs.supervised import STOP, STOP_NOW, child_main
 from durable_jobs.worker.exits import describe_exit
+from durable_jobs.worker.supervised import STOP, STOP_NOW, child_main
 
 logger = logging.getLogger("durable_jobs.worker")
 

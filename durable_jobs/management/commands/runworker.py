@@ -177,7 +177,7 @@ def run_worker(
     """Run one worker on ``runworker``'s options; its exit code.
 
     ``supervised``: in a child of ``--processes``, the child's control, given the worker
-    instead of the signal handlers (see :mod:`durable_jobs.supervised`).
+    instead of the signal handlers (see :mod:`durable_jobs.worker.supervised`).
     """
     try:
         queues, rates = parse_queue_spec(options["queues"], options["concurrency"])

@@ -3,7 +3,7 @@
 A child is started by :class:`durable_jobs.worker.supervisor.Supervisor` with
 :mod:`multiprocessing`'s ``spawn`` method, so :func:`child_main` runs in a fresh
 interpreter before Django is set up. This module therefore imports nothing of
-``durable_jobs`` at the top (``durable_jobs.worker`` needs the app registry): it sets up
+``durable_jobs`` at the top (most of it needs the app registry): it sets up
 Django first, then runs the worker through ``runworker``'s own code, named by a dotted path.
 
 How a child learns that it should stop:
