@@ -233,6 +233,29 @@ def test_a_child_killed_from_outside_is_recorded_with_the_signal() -> None:
     assert "out-of-memory" in first.error_message
 
 
+def test_a_child_killed_while_idle_is_replaced_for_the_next_job() -> None:
+    with process_worker(concurrency=1) as worker:
+        (slot,) = _process_slots(worker)
+        wait_for(lambda: slot.child is not None and slot.child.ready, what="a ready child")
+        idle_pid = slot.child.pid
+        os.kill(idle_pid, signal.SIGKILL)
+        wait_for(lambda: not alive_unreaped(idle_pid), timeout=10, what="the child dead")
+        job_id = jobs.proc_pid.using(queue="processes").delay().pk
+        wait_for(lambda: final(job_id), what="the job done")
+    (attempt,) = attempts(job_id)
+    assert attempt.outcome == Outcome.COMPLETED
+    assert pids([job_id]) != [idle_pid]
+
+
+def alive_unreaped(pid: int) -> bool:
+    """Running (a zombie waiting to be reaped counts as dead)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 def test_a_child_past_max_memory_is_replaced_after_its_job() -> None:
     ids = [
         jobs.proc_allocate.using(queue="processes").delay(megabytes=0).pk,

@@ -86,6 +86,8 @@ class ChildProcess:
         #: Jobs it has run, and its resident memory after the last (bytes).
         self.jobs = 0
         self.rss = 0
+        #: Django is set up in it: it waits for jobs.
+        self.ready = False
 
     @classmethod
     def spawn(cls, setup: ProcessSetup, name: str) -> ChildProcess:
@@ -106,6 +108,7 @@ class ChildProcess:
         if ready is None or ready.get("type") != "ready":
             self.kill()
             raise ProcessExited(f"the job's process {self.describe()} before it was ready")
+        self.ready = True
 
     @property
     def pid(self) -> int | None:
@@ -227,7 +230,12 @@ class _Slot:
             item = self.pool._inbox.get()
             if item is _STOP:
                 break
-            result = self._run_one(item)
+            try:
+                result = self._run_one(item)
+            except Exception as exc:  # a bug here must not strand the job as leased
+                logger.exception("%s failed to run a job in its process", self.name)
+                self.kill_child()
+                result = item.unreported(Outcome.FAILED, exc)
             self.pool._report(item, result)
             self._recycle_if_due()
         if self.child is not None:
@@ -265,7 +273,15 @@ class _Slot:
                 attempt_number=job.attempts,
                 node=self.pool.worker_node,
             )
-            self.child.send({"type": "job", "job": wire.job_fields(job)})
+            message = {"type": "job", "job": wire.job_fields(job)}
+            try:
+                self.child.send(message)
+            except OSError:  # it died while idle (killed from outside, say): one more
+                self.kill_child()
+                if not self._start_child():
+                    return running.unreported(Outcome.FAILED, self._start_error)
+                assert self.child is not None
+                self.child.send(message)
             return self._await_result(running, self.child)
         finally:
             with self.pool._lock:
@@ -297,7 +313,8 @@ class _Slot:
                 self._guarded(write_progress, job, message["percent"])
             elif kind == "heartbeat":
                 held = self._guarded(extend_lease, job, self.pool._setup.lease_seconds)
-                child.send({"type": "lease", "held": bool(held)})
+                with contextlib.suppress(OSError):  # it is being killed
+                    child.send({"type": "lease", "held": bool(held)})
 
     def _death(self, child: ChildProcess) -> ProcessExited:
         hint = ""
