@@ -178,7 +178,9 @@ class Supervisor:
             self._reap()
             now = time.monotonic()
             stopping = self.stop_deadline is not None
-            if stopping and not any(slot.alive for slot in self.slots):
+            # Done once every child has been reaped (and its exit logged), not once
+            # none is alive: a child can exit between the reap and this check.
+            if stopping and all(slot.process is None for slot in self.slots):
                 logger.info("supervisor stopped: every worker process has exited")
                 return 0 if handled < 2 else 128 + self.last_signal
             if not stopping and all(slot.finished for slot in self.slots):
@@ -254,7 +256,8 @@ class Supervisor:
 
     def _wait(self, timeout: float) -> None:
         watched: list[Any] = [self._wake_r]
-        watched += [s.process.sentinel for s in self.slots if s.alive and s.process is not None]
+        # Every unreaped child, exited ones included: their sentinels are ready at once.
+        watched += [s.process.sentinel for s in self.slots if s.process is not None]
         wait(watched, timeout=max(timeout, 0.0))
         with contextlib.suppress(BlockingIOError):
             while os.read(self._wake_r, 64):
