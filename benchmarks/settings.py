@@ -14,6 +14,9 @@ The database comes from environment variables that ``run.py`` sets:
     ``DURABLE_JOBS["POLL_INTERVAL"]`` (default 1.0, the library's default).
 ``DURABLE_JOBS_BENCH_CONCURRENCY``
     Concurrency of the ``default`` queue (default 10, the library's default).
+``DURABLE_JOBS_BENCH_EXECUTOR`` / ``DURABLE_JOBS_BENCH_MAX_JOBS_PER_CHILD``
+    The ``default`` queue's executor (``thread``, the default, or ``process``) and, for
+    ``process``, its ``max_jobs_per_child`` (``benchmarks/processes.py`` sets them).
 """
 
 import os
@@ -67,10 +70,15 @@ INSTALLED_APPS = [
     "benchmarks.benchapp",
 ]
 
+_default_queue: dict[str, object] = {
+    "concurrency": int(os.environ.get("DURABLE_JOBS_BENCH_CONCURRENCY", "10")),
+    "executor": os.environ.get("DURABLE_JOBS_BENCH_EXECUTOR", "thread"),
+}
+if os.environ.get("DURABLE_JOBS_BENCH_MAX_JOBS_PER_CHILD"):
+    _default_queue["max_jobs_per_child"] = int(os.environ["DURABLE_JOBS_BENCH_MAX_JOBS_PER_CHILD"])
+
 DURABLE_JOBS = {
-    "QUEUES": {
-        "default": {"concurrency": int(os.environ.get("DURABLE_JOBS_BENCH_CONCURRENCY", "10"))}
-    },
+    "QUEUES": {"default": _default_queue},
     "POLL_INTERVAL": float(os.environ.get("DURABLE_JOBS_BENCH_POLL_INTERVAL", "1.0")),
     # Nothing is pruned during a run.
     "PRUNE_AFTER_DAYS": None,

@@ -127,6 +127,18 @@ def test_jobs_run_in_children_with_their_results_logs_progress_and_async() -> No
     assert 'raise KeyError("inner")' in failed.traceback  # the child's own traceback
 
 
+def test_the_worker_claims_only_once_its_children_are_ready() -> None:
+    """A job claimed before its child had Django set up would wait leased, its lease
+    running, for the whole start."""
+    with process_worker(concurrency=2) as worker:
+        wait_for(lambda: worker.pool is not None, START_BOUND, "the worker's pools")
+        assert worker.pool is not None
+        (pool,) = {id(p): p for p in worker.pool.by_queue.values()}.values()
+        children = [slot.child for slot in pool.slots]  # type: ignore[attr-defined]
+        assert len(children) == 2
+        assert all(child is not None and child.ready for child in children)
+
+
 def test_progress_reaches_the_worker_while_the_job_runs() -> None:
     job_id = (
         jobs.proc_hang.using(queue="processes").delay(seconds=3).pk

@@ -29,6 +29,8 @@ class Pool(Protocol):
 
     def shutdown(self, timeout: float = 5.0) -> None: ...
 
+    def wait_started(self) -> None: ...
+
 
 class Executors:
     """The pools of one worker, by queue."""
@@ -73,7 +75,10 @@ class Executors:
             by_queue[name] = ProcessPool(
                 concurrency, report, setup=setup, name=f"{node.name}-{name}", worker_node=node
             )
-        return cls(by_queue)
+        executors = cls(by_queue)
+        for pool in executors.pools():  # the children of every queue start side by side
+            pool.wait_started()
+        return executors
 
     def submit(self, running: Any) -> None:
         self.by_queue[running.job.queue].submit(running)
@@ -82,8 +87,12 @@ class Executors:
         return self.by_queue[running.job.queue].interrupt(running, reason)
 
     def shutdown(self, timeout: float = 5.0) -> None:
-        for pool in {id(pool): pool for pool in self.by_queue.values()}.values():
+        for pool in self.pools():
             pool.shutdown(timeout)
+
+    def pools(self) -> list[Pool]:
+        """Each pool once (the thread pool serves every thread queue)."""
+        return list({id(pool): pool for pool in self.by_queue.values()}.values())
 
 
 def settings_module() -> str:

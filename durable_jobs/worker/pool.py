@@ -68,6 +68,9 @@ class ThreadPool:
                     return True
         return False
 
+    def wait_started(self) -> None:
+        """Threads are ready as soon as they exist."""
+
     def shutdown(self, timeout: float = 5.0) -> None:
         """Stop the threads once they are idle; wait up to ``timeout`` for them (not for a
         handler stuck in a blocking call: such a thread is a daemon and dies with the process)."""

@@ -189,6 +189,13 @@ class ProcessPool:
         for thread in self._threads:
             thread.start()
 
+    def wait_started(self, timeout: float = START_SECONDS) -> None:
+        """Until every slot's first child is ready (or failed to start): the worker claims
+        nothing for this queue before, so no job waits leased on a Django setup."""
+        deadline = time.monotonic() + timeout
+        for slot in self.slots:
+            slot.started.wait(max(deadline - time.monotonic(), 0))
+
     def submit(self, item: Any) -> None:
         self._inbox.put(item)
 
@@ -223,9 +230,12 @@ class _Slot:
         #: The job it runs now (read by ``interrupt`` under the pool's lock).
         self.item: Any = None
         self._kill_at: float | None = None
+        #: Set once its first child is ready, or could not start.
+        self.started = threading.Event()
 
     def loop(self) -> None:
         self._start_child()  # ready before the first job arrives
+        self.started.set()
         while True:
             item = self.pool._inbox.get()
             if item is _STOP:
