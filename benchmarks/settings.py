@@ -17,6 +17,8 @@ The database comes from environment variables that ``run.py`` sets:
 ``DURABLE_JOBS_BENCH_EXECUTOR`` / ``DURABLE_JOBS_BENCH_MAX_JOBS_PER_CHILD``
     The ``default`` queue's executor (``thread``, the default, or ``process``) and, for
     ``process``, its ``max_jobs_per_child`` (``benchmarks/processes.py`` sets them).
+``DURABLE_JOBS_BENCH_SYNCHRONOUS_COMMIT``
+    ``on`` (the default) or ``off``: ``DURABLE_JOBS["SYNCHRONOUS_COMMIT"]``.
 """
 
 import os
@@ -82,6 +84,7 @@ DURABLE_JOBS = {
     "POLL_INTERVAL": float(os.environ.get("DURABLE_JOBS_BENCH_POLL_INTERVAL", "1.0")),
     # Nothing is pruned during a run.
     "PRUNE_AFTER_DAYS": None,
+    "SYNCHRONOUS_COMMIT": os.environ.get("DURABLE_JOBS_BENCH_SYNCHRONOUS_COMMIT", "on") == "on",
 }
 
 # Lifecycle events ("enqueued", "completed", ...) are logged at INFO; a benchmark keeps

@@ -112,6 +112,8 @@ def test_poll_interval_must_be_positive() -> None:
         ({"LISTEN_DATABASE": 1}, ["durable_jobs.E017"]),
         ({"PREPARED_STATEMENTS": "yes"}, ["durable_jobs.E018"]),
         ({"LISTEN_DATABASE": None, "PREPARED_STATEMENTS": False}, []),
+        ({"SYNCHRONOUS_COMMIT": "off"}, ["durable_jobs.E018"]),
+        ({"SYNCHRONOUS_COMMIT": False}, []),
     ],
 )
 def test_bad_listener_and_statement_settings_fail_check(value, expected) -> None:

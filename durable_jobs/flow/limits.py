@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from django.db import models
 from django.utils import timezone
 
+from durable_jobs.db.commit_mode import relax_commit
 from durable_jobs.db.engine import ClaimRequest, Engine, KeyedCandidate
 from durable_jobs.flow import rates
 from durable_jobs.lifecycle.states import State
@@ -40,7 +41,12 @@ def claim_within_limits(engine: Engine, request: ClaimRequest, *, limited: bool)
     def choose_keyed(candidates: Sequence[KeyedCandidate]) -> list[int]:
         return keyed_with_room(engine, candidates)
 
+    # Only a transaction of its own: inside the loop pass's (or a caller's) it is not
+    # this claim's to relax.
+    own_transaction = not engine.connection.in_atomic_block
     with engine.write_transaction(savepoint=False):
+        if own_transaction:
+            relax_commit(engine)
         if not limited:
             return engine.claim(request, guarded=True, choose_keyed=choose_keyed)
         queue_row = engine.lock_queue(request.queue)

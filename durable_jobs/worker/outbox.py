@@ -18,6 +18,7 @@ from typing import TypeVar
 
 from django.db import DataError, IntegrityError
 
+from durable_jobs.db.commit_mode import relax_commit
 from durable_jobs.db.engine import Engine
 from durable_jobs.lifecycle import outcomes, recording
 from durable_jobs.lifecycle.outcomes import Settlement
@@ -92,6 +93,7 @@ class Outbox:
             return claim()
         try:
             with self._engine.write_transaction(savepoint=False):
+                relax_commit(self._engine)
                 written = recording.write(batch, using=self._engine.alias)
                 claimed = claim()
         except (DataError, IntegrityError):
