@@ -21,6 +21,7 @@ import platform
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -357,6 +358,32 @@ def run_phase_process(
         raise SystemExit(f"the {vendor} phase printed no result")
     finally:
         kill_group(process)
+
+
+def run_in_fresh_database(
+    script: str,
+    vendor: str,
+    options: argparse.Namespace,
+    args: Sequence[str],
+    *,
+    settings_module: str,
+    timeout: float,
+    **env: str,
+) -> dict[str, Any]:
+    """Run ``script --phase VENDOR ARGS`` on a database of its own, and return its result:
+    a SQLite file in a temporary directory, or the ``--pg-dbname`` database, created
+    (replacing one left by an earlier run) and dropped again. ``env``: extra variables."""
+    command = [sys.executable, str(Path(script).resolve()), "--phase", vendor, *args]
+    with tempfile.TemporaryDirectory() as tmp:
+        options.sqlite_path = Path(tmp) / f"{Path(script).stem}.sqlite3"
+        if vendor == "postgres":
+            create_postgres_database(options, replace=True)
+        try:
+            phase_env = child_env(settings_module, vendor, options, **env)
+            return run_phase_process(command, vendor=vendor, env=phase_env, timeout=timeout)
+        finally:
+            if vendor == "postgres":
+                drop_postgres_database(options)
 
 
 def kill_group(process: subprocess.Popen[bytes]) -> None:

@@ -18,7 +18,6 @@ import datetime
 import signal
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -100,19 +99,11 @@ def print_row(result: dict[str, Any], schedules: int, due: int) -> None:
 
 
 def run_database(vendor: str, options: argparse.Namespace) -> dict[str, Any]:
-    command = [sys.executable, str(Path(__file__).resolve()), "--phase", vendor]
-    command += ["--schedules", str(options.schedules), "--due", str(options.due)]
-    command += ["--rounds", str(options.rounds)]
-    with tempfile.TemporaryDirectory() as tmp:
-        options.sqlite_path = Path(tmp) / "heartbeat.sqlite3"
-        if vendor == "postgres":
-            harness.create_postgres_database(options, replace=True)
-        try:
-            env = harness.child_env(SETTINGS_MODULE, vendor, options)
-            return harness.run_phase_process(command, vendor=vendor, env=env, timeout=PHASE_TIMEOUT)
-        finally:
-            if vendor == "postgres":
-                harness.drop_postgres_database(options)
+    args = ["--schedules", str(options.schedules), "--due", str(options.due)]
+    args += ["--rounds", str(options.rounds)]
+    return harness.run_in_fresh_database(
+        __file__, vendor, options, args, settings_module=SETTINGS_MODULE, timeout=PHASE_TIMEOUT
+    )
 
 
 def main() -> None:

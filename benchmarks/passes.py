@@ -32,7 +32,6 @@ import functools
 import signal
 import statistics
 import sys
-import tempfile
 import threading
 import time
 from collections import defaultdict
@@ -203,23 +202,16 @@ def print_result(result: dict[str, Any]) -> None:
 
 
 def run_database(vendor: str, options: argparse.Namespace) -> dict[str, Any]:
-    command = [sys.executable, str(Path(__file__).resolve()), "--phase", vendor]
-    command += ["--jobs", str(options.jobs), "--concurrency", str(options.concurrency)]
-    with tempfile.TemporaryDirectory() as tmp:
-        options.sqlite_path = Path(tmp) / "passes.sqlite3"
-        if vendor == "postgres":
-            harness.create_postgres_database(options, replace=True)
-        try:
-            env = harness.child_env(
-                SETTINGS_MODULE,
-                vendor,
-                options,
-                DURABLE_JOBS_BENCH_SYNCHRONOUS_COMMIT=options.synchronous_commit,
-            )
-            return harness.run_phase_process(command, vendor=vendor, env=env, timeout=PHASE_TIMEOUT)
-        finally:
-            if vendor == "postgres":
-                harness.drop_postgres_database(options)
+    args = ["--jobs", str(options.jobs), "--concurrency", str(options.concurrency)]
+    return harness.run_in_fresh_database(
+        __file__,
+        vendor,
+        options,
+        args,
+        settings_module=SETTINGS_MODULE,
+        timeout=PHASE_TIMEOUT,
+        DURABLE_JOBS_BENCH_SYNCHRONOUS_COMMIT=options.synchronous_commit,
+    )
 
 
 def main() -> None:

@@ -237,20 +237,12 @@ def resident_bytes(pid: int | None) -> int:
 
 
 def run_database(vendor: str, options: argparse.Namespace) -> dict[str, Any]:
-    command = [sys.executable, str(Path(__file__).resolve()), "--phase", vendor]
-    command += ["--cpu-jobs", str(options.cpu_jobs), "--loops", str(options.loops)]
-    command += ["--noop-jobs", str(options.noop_jobs), "--recycle-jobs", str(options.recycle_jobs)]
-    command += harness.postgres_argv(options)
-    with tempfile.TemporaryDirectory() as tmp:
-        options.sqlite_path = Path(tmp) / "processes.sqlite3"
-        if vendor == "postgres":
-            harness.create_postgres_database(options, replace=True)
-        try:
-            env = harness.child_env(SETTINGS_MODULE, vendor, options)
-            return harness.run_phase_process(command, vendor=vendor, env=env, timeout=PHASE_TIMEOUT)
-        finally:
-            if vendor == "postgres":
-                harness.drop_postgres_database(options)
+    args = ["--cpu-jobs", str(options.cpu_jobs), "--loops", str(options.loops)]
+    args += ["--noop-jobs", str(options.noop_jobs), "--recycle-jobs", str(options.recycle_jobs)]
+    args += harness.postgres_argv(options)
+    return harness.run_in_fresh_database(
+        __file__, vendor, options, args, settings_module=SETTINGS_MODULE, timeout=PHASE_TIMEOUT
+    )
 
 
 def render(results: list[dict[str, Any]], options: argparse.Namespace, argv: list[str]) -> str:

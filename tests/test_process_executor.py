@@ -133,7 +133,7 @@ def test_the_worker_claims_only_once_its_children_are_ready() -> None:
     with process_worker(concurrency=2) as worker:
         wait_for(lambda: worker.pool is not None, START_BOUND, "the worker's pools")
         assert worker.pool is not None
-        (pool,) = {id(p): p for p in worker.pool.by_queue.values()}.values()
+        (pool,) = worker.pool.pools()
         children = [slot.child for slot in pool.slots]  # type: ignore[attr-defined]
         assert len(children) == 2
         assert all(child is not None and child.ready for child in children)

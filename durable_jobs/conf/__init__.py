@@ -175,10 +175,11 @@ class Settings:
         hint="False only behind a pooler that cannot keep prepared statements (PgBouncer in "
         "transaction mode before 1.21).",
     )
-    # False: the worker's own transactions (its claims, outcome writes and lease renewals)
-    # commit with PostgreSQL's synchronous_commit = off, not waiting for the WAL flush. A
-    # database crash may then lose the last fraction of a second of them: a claim lost
-    # runs its job again (still at least once), an outcome lost leaves the job to rescue.
+    # False: the worker's own transactions (each loop pass's outcome writes and claims, and
+    # a claim in a transaction of its own) commit with PostgreSQL's synchronous_commit =
+    # off, not waiting for the WAL flush. A database crash may then lose the last fraction
+    # of a second of them: a claim lost runs its job again (still at least once), an
+    # outcome lost leaves the job to rescue.
     # Enqueues are never affected: they commit in the project's own transactions.
     synchronous_commit = Setting(
         "SYNCHRONOUS_COMMIT",

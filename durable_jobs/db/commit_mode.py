@@ -1,8 +1,9 @@
 """How the worker's own transactions commit: durably (the default), or without waiting
 for PostgreSQL's WAL flush (``DURABLE_JOBS["SYNCHRONOUS_COMMIT"] = False``).
 
-A commit that waits for the flush is most of what a claim costs on a fast network
-(see ``benchmarks/passes.py``). Without the wait, a database crash (not a worker crash,
+Where a flush is slow (network disks) it is a large part of every loop pass; on a local
+SSD the ``SET`` costs about what it saves (``benchmarks/passes.py`` measures both). Without
+the wait, a database crash (not a worker crash,
 not a restart) may lose the last fraction of a second of the worker's commits: a lost
 claim runs its job again, still at least once, and the run that was under way may
 leave no attempt row; a lost outcome leaves its job leased, to be rescued. Enqueues
