@@ -388,3 +388,35 @@ def test_contended_bulk_enqueues_of_shared_keys_create_each_key_once(caplog) -> 
     assert len(stored) == Job.objects.count() == len({k for r in results for k, _ in r})
     assert all(stored[key] == pk for result in results for key, pk in result)
     print(f"[contended bulk enqueues] deadlocks or lock waits run again: {reruns(caplog)}")
+
+
+def test_a_job_request_that_times_out_waiting_for_its_key_runs_again(
+    short_lock_waits, caplog
+) -> None:
+    """The HTTP endpoint's transaction (under the user's lock) is ended by InnoDB while its
+    job's key is held elsewhere: it wrote nothing, runs again once, and the client gets
+    its 202, never a 500; one job and one request row."""
+    from django.contrib.auth.models import User
+    from django.test import Client
+    from django.urls import reverse
+
+    from durable_jobs.http import requesting
+    from durable_jobs.models import JobRequest
+
+    caplog.set_level(logging.INFO, logger="durable_jobs")
+    alice = User.objects.create_user("alice", password="pw")
+    client = Client()
+    client.force_login(alice)
+    name = "tests.http.throttled"
+    key = requesting.job_key(str(alice.pk), name, "k")
+    with key_held(key) as release, released_on_rerun(release):
+        response = client.post(
+            reverse("durable_jobs:request", kwargs={"name": name}),
+            data='{"n": 1}',
+            content_type="application/json",
+            headers={"Idempotency-Key": "k"},
+        )
+    assert response.status_code == 202, response.content
+    assert reruns(caplog) == 1
+    assert list(Job.objects.values_list("name", "idempotency_key")) == [(name, key)]
+    assert JobRequest.objects.filter(user=str(alice.pk), job__isnull=False).count() == 1

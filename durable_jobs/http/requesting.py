@@ -32,6 +32,7 @@ from django.utils import timezone
 
 from durable_jobs import limits, registry
 from durable_jobs.db import engine_for
+from durable_jobs.db.engine import Engine
 from durable_jobs.enqueueing import insert_or_get, rerun_if_rolled_back
 from durable_jobs.exceptions import EnqueueError, UnknownJob
 from durable_jobs.handlers import EnqueueOptions, JobHandler
@@ -125,6 +126,24 @@ def submit(user: Any, handler: JobHandler, arguments: dict[str, Any], key: str) 
         # Reads in autocommit: run again if the database ended one to break a deadlock
         # (InnoDB may, under SERIALIZABLE, where plain reads take shared locks).
         rerun_if_rolled_back(engine, lambda: _check_new_request(handler, arguments, who, alias))
+    # The transaction holds the lock; InnoDB may still end it to break a deadlock (under
+    # SERIALIZABLE its reads take shared locks that a refusal's write waits on): it
+    # wrote nothing then, and runs again.
+    return rerun_if_rolled_back(
+        engine, lambda: _submit_locked(engine, handler, arguments, who, key, arguments_hash)
+    )
+
+
+def _submit_locked(
+    engine: Engine,
+    handler: JobHandler,
+    arguments: dict[str, Any],
+    who: str,
+    key: str,
+    arguments_hash: str,
+) -> tuple[Job, bool]:
+    """:func:`submit`'s transaction, under the lock on the user and the handler."""
+    alias = engine.alias
     with engine.keyed_transaction(f"durable_jobs.request:{who}:{handler.name}"):
         earlier = JobRequest.objects.using(alias).filter(user=who, name=handler.name, key=key)
         previous = earlier.first()
@@ -182,9 +201,12 @@ def record_refusal(user: Any, handler: JobHandler) -> None:
     cannot then send invalid requests, or keep retrying a throttled one, for free."""
     if handler.throttle is None:
         return
-    alias = engine_for(None).alias
-    JobRequest.objects.using(alias).create(
-        job=None, user=user_key(user), name=handler.name, key=None, created_at=timezone.now()
+    engine = engine_for(None)
+    rerun_if_rolled_back(
+        engine,
+        lambda: JobRequest.objects.using(engine.alias).create(
+            job=None, user=user_key(user), name=handler.name, key=None, created_at=timezone.now()
+        ),
     )
 
 
