@@ -141,10 +141,23 @@ def summary(result: dict[str, Any]) -> str:
         return f"n/a ({result['not_supported']})"
     if "p50_ms" in result:
         return f"p50 {result['p50_ms']:.1f} ms, p95 {result['p95_ms']:.1f} ms"
+    if "variants" in result:  # pgbench
+        return "; ".join(
+            f"{run['label']}: {run['rate']:,.0f} jobs/s{cpu_summary(run)}"
+            for run in result["variants"].values()
+        )
     if "rate" in result:
-        batch = f", {result['batch_rate']:,.0f} jobs/s in batches" if "batch_rate" in result else ""
-        return f"{result['rate']:,.0f} jobs/s{batch}"
+        return f"{result['rate']:,.0f} jobs/s{cpu_summary(result)}"
     return "done"
+
+
+def cpu_summary(result: dict[str, Any]) -> str:
+    """A drain's CPU per 1,000 jobs, workers and database, if it has them."""
+    workers, database = result.get("worker_cpu_per_1000"), result.get("db_cpu_per_1000")
+    if workers is None:
+        return ""
+    shown = "none" if database is None else f"{database:.3f} s"
+    return f" (CPU per 1,000: workers {workers:.3f} s, database {shown})"
 
 
 def run_scale(options: argparse.Namespace, context: Context) -> dict[str, Any]:
@@ -510,6 +523,8 @@ def main(argv: list[str]) -> int:
         print(block)
         for check in report.checks(results):
             print(check.line())
+        for reference in report.references(results):
+            print(reference)
         if options.write is not None:
             write_page(options.write, block, mysql=mysql)
             log(f"wrote {options.write}")

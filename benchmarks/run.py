@@ -45,7 +45,7 @@ if __package__ in (None, ""):
     # Run as a script: the repository's root must be importable for ``benchmarks.harness``.
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks import harness
+from benchmarks import cpu, harness
 from benchmarks.harness import log, percentile
 
 BENCH_DIR = harness.REPO / "benchmarks"
@@ -75,6 +75,17 @@ def wait_until(predicate: Any, timeout: float, what: str, interval: float = 0.02
         if time.monotonic() > deadline:
             raise TimeoutError(f"timed out after {timeout:g}s waiting for {what}")
         time.sleep(interval)
+
+
+def wait_all(processes: list[subprocess.Popen[bytes]], seconds: float) -> bool:
+    """Wait up to ``seconds`` for every process to exit; whether they all have."""
+    deadline = time.monotonic() + seconds
+    try:
+        for process in processes:
+            process.wait(timeout=max(0.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        return False
+    return True
 
 
 def bench_env(vendor: str, options: argparse.Namespace, **extra: str) -> dict[str, str]:
@@ -431,32 +442,40 @@ class Phase:
         self, jobs: int, workers: int, *, after_id: int = 0, timeout: float | None = None
     ) -> dict[str, Any]:
         """Drain the ``jobs`` waiting jobs (those with ids above ``after_id``: older rows
-        may be in the table) with ``workers`` ``runworker --burst`` processes."""
+        may be in the table) with ``workers`` ``runworker --burst`` processes, reading
+        the done count every ``cpu.POLL_SECONDS`` meanwhile, as the peers' drains do,
+        for the CPU figures (``cpu.DrainMeter``)."""
         from django.db.models import Count, Max, Min
 
         from durable_jobs.models import Attempt, Job
 
         if timeout is None:
             timeout = max(120.0, jobs / 10)
+        done = Job.objects.filter(pk__gt=after_id, state="completed")
         commits_before = self.commits()
-        started = time.time()
-        processes = [self.start_worker("--burst") for _ in range(workers)]
-        deadline = time.monotonic() + timeout
-        error = None
-        for process in processes:
-            try:
-                process.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                error = f"timed out after {timeout:g}s"
-                break
-        exited = time.time()
-        for process in processes:
-            if error is None and process.returncode != 0:
-                error = f"runworker exited with {process.returncode}: {self.worker_log(process)}"
-        self.stop_workers()
-        stats = Job.objects.filter(pk__gt=after_id, state="completed").aggregate(
-            n=Count("id"), last=Max("finished_at"), first=Min("attempted_at")
+        meter = cpu.DrainMeter(
+            cpu.tree(lambda: [process.pid for process in self.workers]), cpu.server(self.vendor)
         )
+        with meter:
+            started = time.time()
+            processes = [self.start_worker("--burst") for _ in range(workers)]
+            deadline = time.monotonic() + timeout
+            error = None
+            meter.record(done.count())
+            while not wait_all(processes, cpu.POLL_SECONDS):
+                meter.record(done.count())
+                if time.monotonic() > deadline:
+                    error = f"timed out after {timeout:g}s"
+                    break
+            exited = time.time()
+            meter.record(done.count())
+            for process in processes:
+                if error is None and process.returncode != 0:
+                    error = (
+                        f"runworker exited with {process.returncode}: {self.worker_log(process)}"
+                    )
+            self.stop_workers()
+        stats = done.aggregate(n=Count("id"), last=Max("finished_at"), first=Min("attempted_at"))
         attempts = Attempt.objects.filter(job_id__gt=after_id).count()
         commits_per_job = self.commits_since(commits_before, jobs)
         completed = stats["n"]
@@ -477,6 +496,7 @@ class Phase:
             "wall_s": exited - started,
             "wall_rate": jobs / (exited - started),
             "commits_per_job": commits_per_job,
+            **meter.figures(jobs),
         }
 
     # -- 4: pickup latency --------------------------------------------------------------------

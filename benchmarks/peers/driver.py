@@ -30,7 +30,8 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks import harness
+from benchmarks import cpu, harness
+from benchmarks.cpu import POLL_SECONDS
 from benchmarks.harness import log, percentile
 
 #: Spacing between the enqueues of the pickup latency measurement, in seconds: random,
@@ -38,8 +39,6 @@ from benchmarks.harness import log, percentile
 LATENCY_SPACING = (0.05, 0.10)
 #: Probe jobs run before the latency measurement, so that nothing is measured cold.
 WARM_UP_PROBES = 3
-#: How often a drain checks whether the last job is done. Each check is one small query.
-POLL_SECONDS = 0.2
 #: Seconds a worker is given to stop on SIGTERM before it is killed.
 STOP_GRACE_SECONDS = 15
 #: Concurrency of each worker process, where the system has such a setting.
@@ -55,6 +54,11 @@ DRAIN_KEYS = (
     "wall_s",
     "attempts",
     "commits_per_job",
+    "worker_cpu_per_1000",
+    "db_cpu_per_1000",
+    "worker_cpu_s",
+    "db_cpu_s",
+    "cpu_window_s",
 )
 
 
@@ -96,6 +100,10 @@ class Workers:
         self.processes.append(process)
         self.logs.append(path)
         return process
+
+    def pids(self) -> list[int]:
+        """The running workers' pids: the roots of a drain's "worker processes" group."""
+        return [process.pid for process in self.processes]
 
     def check_alive(self) -> None:
         """Raise if a worker has exited: a drain or a latency run would wait in vain."""
@@ -189,6 +197,11 @@ class Peer:
         """How many jobs have finished, from the system's own stored state."""
         raise NotImplementedError
 
+    def database_server(self) -> str:
+        """Which server holds the jobs (a key of ``cpu.SERVERS``): its processes' CPU is
+        a drain's database figure."""
+        return self.options.database
+
     def drain_window(self) -> tuple[float | None, float | None]:
         """(first job start, last job finish) as Unix times, from the stored state;
         None where the system does not store it."""
@@ -229,29 +242,34 @@ class Peer:
     def run_drain(self, jobs: int, workers: int, timeout: float) -> dict[str, Any]:
         """Fill the queue with ``jobs`` no-op jobs, start ``workers`` worker processes,
         and wait until every job is done. The rate runs from starting the processes
-        to the last finish the system stored, so it includes their start-up."""
+        to the last finish the system stored, so it includes their start-up. The CPU
+        figures are ``cpu.DrainMeter``'s, from the done counts polled meanwhile."""
         self.reset()
         self.prefill(jobs)
         self.before_drain()
         env = self.worker_env(workers)
-        started = time.time()
-        for argv in self.worker_commands(workers):
-            self.workers.start(argv, env)
-        deadline = time.monotonic() + timeout
-        done = 0
-        error = None
-        try:
-            while (done := self.done_count()) < jobs:
-                self.workers.check_alive()
-                if time.monotonic() > deadline:
-                    error = f"timed out after {timeout:g}s with {done:,} of {jobs:,} jobs done"
-                    break
-                time.sleep(POLL_SECONDS)
-        except RuntimeError as exc:
-            error = str(exc)
-        seen_done = time.time()
-        self.workers.stop()
-        exited = time.time()
+        meter = cpu.DrainMeter(cpu.tree(self.workers.pids), cpu.server(self.database_server()))
+        with meter:
+            started = time.time()
+            for argv in self.worker_commands(workers):
+                self.workers.start(argv, env)
+            deadline = time.monotonic() + timeout
+            done = 0
+            error = None
+            try:
+                while (done := self.done_count()) < jobs:
+                    meter.record(done)
+                    self.workers.check_alive()
+                    if time.monotonic() > deadline:
+                        error = f"timed out after {timeout:g}s with {done:,} of {jobs:,} jobs done"
+                        break
+                    time.sleep(POLL_SECONDS)
+                meter.record(done)
+            except RuntimeError as exc:
+                error = str(exc)
+            seen_done = time.time()
+            self.workers.stop()
+            exited = time.time()
         result: dict[str, Any] = {"workers": workers, "jobs": jobs}
         if error is not None:
             elapsed = seen_done - started
@@ -266,6 +284,7 @@ class Peer:
             startup_s=None if first is None else first - started,
             steady_rate=None if first is None else jobs / (last - first),
             wall_s=exited - started,
+            **meter.figures(jobs),
         )
         return result
 

@@ -49,7 +49,11 @@ def measurement(results: dict[str, Any], system: str, name: str) -> dict[str, An
 
 def value(results: dict[str, Any], system: str, name: str, key: str = "rate") -> float | None:
     """A figure, or None when it was not measured, failed, or does not apply."""
-    entry = measurement(results, system, name)
+    return _figure(measurement(results, system, name), key)
+
+
+def _figure(entry: dict[str, Any] | None, key: str) -> float | None:
+    """A figure of a measurement's result, or None (see :func:`value`)."""
     if entry is None or "error" in entry or "not_supported" in entry:
         return None
     found = entry.get(key)
@@ -58,6 +62,46 @@ def value(results: dict[str, Any], system: str, name: str, key: str = "rate") ->
 
 def label(results: dict[str, Any], system: str) -> str:
     return str(results["systems"].get(system, {}).get("label", system))
+
+
+def pgbench_value(results: dict[str, Any], workers: int, variant: str, key: str) -> float | None:
+    """A figure of one pgbench variant's run with ``workers`` clients (see
+    ``pgbench.VARIANTS``), or None."""
+    return _figure(_variant(measurement(results, "pgbench", f"drain_{workers}"), variant), key)
+
+
+def _variant(entry: dict[str, Any] | None, key: str) -> dict[str, Any] | None:
+    """A pgbench variant's run within a drain's result; the result itself if it has no
+    runs (it failed, or was not run), so that it is shown as such."""
+    if entry is None or "variants" not in entry:
+        return entry
+    found = entry["variants"].get(key)
+    return found if isinstance(found, dict) else None
+
+
+Drains = tuple[str, str, dict[str, Any] | None, dict[str, Any] | None]
+
+
+def drain_rows(results: dict[str, Any]) -> list[Drains]:
+    """(system, label, drain with 1 worker process, with 2) of every system in the
+    results, in report order; pgbench gives one row per variant, with its runs with 1
+    and 2 clients."""
+    rows = []
+    for system in ORDER:
+        if system not in results["systems"]:
+            continue
+        name = label(results, system)
+        drains = [measurement(results, system, f"drain_{workers}") for workers in (1, 2)]
+        variants = {
+            key: run["label"]
+            for entry in drains
+            for key, run in ((entry or {}).get("variants") or {}).items()
+        }
+        if not variants:
+            rows.append((system, name, drains[0], drains[1]))
+        for key, text in variants.items():
+            rows.append((system, text, _variant(drains[0], key), _variant(drains[1], key)))
+    return rows
 
 
 # ================================================================================================
@@ -81,7 +125,6 @@ class Check:
 COMPARE: dict[str, Callable[[float, float], bool]] = {
     "≥": operator.ge,
     "≤": operator.le,
-    "<": operator.lt,
 }
 
 
@@ -99,6 +142,11 @@ def _ms(value_: float | None) -> str:
     return NONE if value_ is None else f"{value_:.1f} ms"
 
 
+def _cpu(value_: float | None) -> str:
+    """CPU seconds (per 1,000 jobs, or for a whole drain)."""
+    return NONE if value_ is None else f"{value_:.3f}"
+
+
 def ratio_check(
     what: str, mine: float | None, theirs: float | None, sign: str, bound: float, unit: str
 ) -> Check:
@@ -107,14 +155,30 @@ def ratio_check(
     if unit == "ms":
         figures = f"{_ms(mine)} ÷ {_ms(theirs)} = {shown}"
     else:
-        figures = f"{_rate(mine)} ÷ {_rate(theirs)} {unit} = {shown}"
+        figure = _cpu if unit == "s" else _rate
+        figures = f"{figure(mine)} ÷ {figure(theirs)} {unit} = {shown}"
     return Check(what, figures, f"{sign} {bound:g}{TIMES}", _status(ratio, sign, bound))
+
+
+#: The pgbench run durable_jobs' drain with 1 worker process is held against: the
+#: queue at 10 jobs per statement, the batch a worker at concurrency 10 claims.
+QUEUE = "queue_10"
+QUEUE_TEXT = "the pgbench queue (10 jobs per statement, 1 client)"
 
 
 def checks(results: dict[str, Any]) -> list[Check]:
     """Every target of the product, against this run's figures."""
     dj, found = "durable_jobs_pg", []
-
+    found.append(
+        ratio_check(
+            f"Drain, 1 worker process: durable_jobs ÷ {QUEUE_TEXT}",
+            value(results, dj, "drain_1"),
+            pgbench_value(results, 1, QUEUE, "rate"),
+            "≥",
+            0.60,
+            "jobs/s",
+        )
+    )
     for peer, bound in (("procrastinate", 10), ("celery_redis", 5)):
         found.append(
             ratio_check(
@@ -126,38 +190,14 @@ def checks(results: dict[str, Any]) -> list[Check]:
                 "jobs/s",
             )
         )
-
-    p50 = value(results, dj, "latency", "p50_ms")
-    p95 = value(results, dj, "latency", "p95_ms")
     found.append(
         ratio_check(
             f"Pickup latency p50: durable_jobs ÷ {label(results, 'celery_redis')}",
-            p50,
+            value(results, dj, "latency", "p50_ms"),
             value(results, "celery_redis", "latency", "p50_ms"),
             "≤",
             1,
             "ms",
-        )
-    )
-    found.append(
-        Check("Pickup latency p50, durable_jobs", _ms(p50), "< 5 ms", _status(p50, "<", 5))
-    )
-    found.append(
-        Check("Pickup latency p95, durable_jobs", _ms(p95), "< 15 ms", _status(p95, "<", 15))
-    )
-
-    singles = {peer: value(results, peer, "enqueue_single") for peer in PEERS}
-    measured = {peer: rate for peer, rate in singles.items() if rate is not None}
-    fastest = max(measured, key=measured.__getitem__) if measured else None
-    found.append(
-        ratio_check(
-            "Enqueue, 1 job per transaction: durable_jobs ÷ the fastest peer"
-            + (f" ({label(results, fastest)})" if fastest else ""),
-            value(results, dj, "enqueue_single"),
-            measured.get(fastest) if fastest else None,
-            "≥",
-            1,
-            "jobs/s",
         )
     )
     found.append(
@@ -170,7 +210,8 @@ def checks(results: dict[str, Any]) -> list[Check]:
             "jobs/s",
         )
     )
-
+    found += cpu_checks(results)
+    found += scale_checks(results)
     sqlite = value(results, "durable_jobs_sqlite", "drain_1")
     postgres = value(results, dj, "drain_1")
     found.append(
@@ -181,12 +222,47 @@ def checks(results: dict[str, Any]) -> list[Check]:
             _status(sqlite, "≥", 2000),
         )
     )
+    return found
 
-    scale = results.get("scale", {}).get("data") or {}
-    flat = (scale.get("flat_cost") or {}).get("ratio")
-    memory = (scale.get("memory") or {}).get("ratio")
-    flat_cost = scale.get("flat_cost") or {}
+
+def cpu_checks(results: dict[str, Any]) -> list[Check]:
+    """durable_jobs' worker processes at most a fifth of each Python peer's CPU per job,
+    and its database at most 1.5 times what the pgbench queue costs it."""
+    dj, found = "durable_jobs_pg", []
+    for workers in (1, 2):
+        drain = f"drain_{workers}"
+        for peer in PEERS:
+            found.append(
+                ratio_check(
+                    f"Worker CPU per 1,000 drained jobs, {processes(workers)}: "
+                    f"durable_jobs ÷ {label(results, peer)}",
+                    value(results, dj, drain, "worker_cpu_per_1000"),
+                    value(results, peer, drain, "worker_cpu_per_1000"),
+                    "≤",
+                    0.2,
+                    "s",
+                )
+            )
     found.append(
+        ratio_check(
+            f"Database CPU per 1,000 drained jobs, 1 worker process: durable_jobs ÷ {QUEUE_TEXT}",
+            value(results, dj, "drain_1", "db_cpu_per_1000"),
+            pgbench_value(results, 1, QUEUE, "db_cpu_per_1000"),
+            "≤",
+            1.5,
+            "s",
+        )
+    )
+    return found
+
+
+def scale_checks(results: dict[str, Any]) -> list[Check]:
+    """The flat cost and memory targets, from ``benchmarks/scale.py``."""
+    scale = results.get("scale", {}).get("data") or {}
+    flat_cost = scale.get("flat_cost") or {}
+    rss = scale.get("memory") or {}
+    flat, memory = flat_cost.get("ratio"), rss.get("ratio")
+    return [
         Check(
             "Flat cost: claim rate on a full table ÷ on an empty one (scale.py)",
             NONE
@@ -195,10 +271,7 @@ def checks(results: dict[str, Any]) -> list[Check]:
             f"jobs/s = {flat:.2f}",
             "≥ 0.80",
             _status(flat, "≥", 0.80),
-        )
-    )
-    rss = scale.get("memory") or {}
-    found.append(
+        ),
         Check(
             "Memory: worker RSS after all jobs ÷ after the first ones (scale.py)",
             NONE
@@ -207,9 +280,25 @@ def checks(results: dict[str, Any]) -> list[Check]:
             f"= {memory:.2f}",
             "≤ 1.10",
             _status(memory, "≤", 1.10),
-        )
-    )
-    return found
+        ),
+    ]
+
+
+def references(results: dict[str, Any]) -> list[str]:
+    """Ratios worth reading beside the targets, that are not targets themselves."""
+    mine = value(results, "durable_jobs_pg", "drain_1")
+    ceiling = pgbench_value(results, 1, "claim_10", "rate")
+    if mine is None or not ceiling:
+        return []
+    return [
+        "Drain, 1 worker process: durable_jobs ÷ the pgbench claim-and-ack ceiling "
+        f"(10 jobs per statement, 1 client): {_rate(mine)} ÷ {_rate(ceiling)} jobs/s = "
+        f"{mine / ceiling:.2f}{TIMES} (not a target)"
+    ]
+
+
+def processes(workers: int) -> str:
+    return f"{workers} worker process{'es' if workers > 1 else ''}"
 
 
 # ================================================================================================
@@ -218,17 +307,21 @@ def checks(results: dict[str, Any]) -> list[Check]:
 
 
 def _cell(results: dict[str, Any], system: str, name: str, key: str = "rate") -> str:
-    entry = measurement(results, system, name)
+    return _entry_cell(measurement(results, system, name), key)
+
+
+def _entry_cell(entry: dict[str, Any] | None, key: str = "rate") -> str:
+    """A figure of a measurement's result, or what became of the measurement."""
     if entry is None:
         return NONE
     if "not_supported" in entry:
         return "n/a"
     if "error" in entry:
         partial = entry.get("partial_rate")
-        shown = f" (≈{partial:,.0f} until then)" if partial else ""
-        return f"failed{shown}: {_short(entry['error'])}"
+        until = f" (≈{partial:,.0f} until then)" if partial else ""
+        return f"failed{until}: {_short(entry['error'])}"
     found = entry.get(key)
-    return NONE if found is None else f"{found:,.0f}"
+    return NONE if found is None else _rate(found)
 
 
 def _short(text: str, limit: int = 90) -> str:
@@ -257,17 +350,11 @@ def results_table(results: dict[str, Any]) -> list[str]:
             continue
         name = label(results, system)
         if system == "pgbench":
-            batch = measurement(results, system, "drain_2") or {}
-            size = batch.get("batch_size", 100)
-            lines.append(
-                f"| {name}, 1 job per statement | n/a | n/a | {_cell(results, system, 'drain_1')} "
-                f"| {_cell(results, system, 'drain_2')} | n/a |"
-            )
-            lines.append(
-                f"| {name}, {size} jobs per statement | n/a | n/a "
-                f"| {_cell(results, system, 'drain_1', 'batch_rate')} "
-                f"| {_cell(results, system, 'drain_2', 'batch_rate')} | n/a |"
-            )
+            lines += [
+                f"| {text} | n/a | n/a | {_entry_cell(one)} | {_entry_cell(two)} | n/a |"
+                for key, text, one, two in drain_rows(results)
+                if key == system
+            ]
             continue
         setup = measurement(results, system, "setup") or {}
         if "error" in setup:
@@ -285,11 +372,87 @@ def results_table(results: dict[str, Any]) -> list[str]:
     return lines
 
 
+def cpu_table(results: dict[str, Any]) -> list[str]:
+    """The headline: each drain's CPU per 1,000 jobs, worker processes / database,
+    beside its rate."""
+    lines = [
+        "| System | Drain, 1 worker process (jobs/s) "
+        "| CPU per 1,000 jobs (s), 1 worker process: workers / database "
+        "| Drain, 2 worker processes (jobs/s) "
+        "| CPU per 1,000 jobs (s), 2 worker processes: workers / database |",
+        "| --- | ---: | ---: | ---: | ---: |",
+    ]
+    for system, name, *drains in drain_rows(results):
+        cells = [f"**{name}**" if system.startswith("durable_jobs") else name]
+        for entry in drains:
+            cells += [_entry_cell(entry), _cpu_cell(entry)]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def _cpu_cell(entry: dict[str, Any] | None) -> str:
+    if entry is None or "error" in entry or "not_supported" in entry:
+        return NONE
+    database = "n/a" if _serverless(entry) else _cpu(entry.get("db_cpu_per_1000"))
+    return f"{_cpu(entry.get('worker_cpu_per_1000'))} / {database}"
+
+
+def _serverless(entry: dict[str, Any]) -> bool:
+    """Whether the system ran without a database server (SQLite): no database figure."""
+    return "db_cpu_s" in entry and entry["db_cpu_s"] is None
+
+
+#: (figure, drain, label) of each row of the CPU ratios.
+CPU_RATIO_ROWS = (
+    ("worker_cpu_per_1000", 1, "Worker processes, 1 worker process"),
+    ("db_cpu_per_1000", 1, "Database, 1 worker process"),
+    ("worker_cpu_per_1000", 2, "Worker processes, 2 worker processes"),
+    ("db_cpu_per_1000", 2, "Database, 2 worker processes"),
+)
+
+
+def cpu_ratios(results: dict[str, Any]) -> list[str]:
+    """durable_jobs (PostgreSQL)'s CPU per 1,000 drained jobs divided by each peer's,
+    and by the pgbench queue's (with as many clients as worker processes)."""
+    dj = "durable_jobs_pg"
+    against = [system for system in PEERS if system in results["systems"]]
+    queue = "pgbench" in results["systems"]
+    if dj not in results["systems"] or not (against or queue):
+        return []
+    heads = [label(results, system) for system in against]
+    if queue:
+        heads.append("the pgbench queue")
+    lines = [
+        f"{label(results, dj)}'s CPU per 1,000 drained jobs divided by each system's "
+        "(below 1: durable_jobs uses less; the pgbench queue at 10 jobs per statement, "
+        "with as many clients as worker processes):",
+        "",
+        "| CPU per 1,000 drained jobs | " + " | ".join(f"÷ {head}" for head in heads) + " |",
+        "| --- |" + " ---: |" * len(heads),
+    ]
+    for key, workers, text in CPU_RATIO_ROWS:
+        ours = value(results, dj, f"drain_{workers}", key)
+        theirs = [value(results, system, f"drain_{workers}", key) for system in against]
+        if queue:
+            theirs.append(pgbench_value(results, workers, QUEUE, key))
+        cells = [_times(ours, other) for other in theirs]
+        if queue and key == "worker_cpu_per_1000":
+            cells[-1] = "n/a"  # the pgbench client is no worker: only the database compares
+        lines.append(f"| {text} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def _times(ours: float | None, theirs: float | None) -> str:
+    return NONE if ours is None or not theirs else f"{ours / theirs:.2f}{TIMES}"
+
+
 def drain_details(results: dict[str, Any]) -> list[str]:
     lines = [
         "| System | Worker processes | First job started (s) | Last job finished (s) "
-        "| jobs/s, first start → last finish | Workers stopped (s) | Load average (1 min) |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| jobs/s, first start → last finish | Workers stopped (s) "
+        "| 10 % → 90 % done (s) | CPU, whole drain (s): workers / database "
+        "| Load average (1 min) |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
 
     def seconds(entry: dict[str, Any], key: str) -> str:
@@ -304,10 +467,13 @@ def drain_details(results: dict[str, Any]) -> list[str]:
             if entry is None or "error" in entry or "not_supported" in entry:
                 continue
             steady = entry.get("steady_rate")
+            database = "n/a" if _serverless(entry) else _cpu(entry.get("db_cpu_s"))
             lines.append(
                 f"| {label(results, system)} | {workers} | {seconds(entry, 'startup_s')} "
                 f"| {seconds(entry, 'to_last_finish_s')} "
                 f"| {NONE if steady is None else f'{steady:,.0f}'} | {seconds(entry, 'wall_s')} "
+                f"| {seconds(entry, 'cpu_window_s')} "
+                f"| {_cpu(entry.get('worker_cpu_s'))} / {database} "
                 f"| {entry.get('load_1m', 0):.1f} |"
             )
     return lines
@@ -397,13 +563,7 @@ def mysql_section(results: dict[str, Any]) -> list[str]:
     ]
     for name, key, text in RATIO_ROWS:
         ours = value(results, MYSQL_SYSTEM, name, key)
-        cells = []
-        for system in against:
-            theirs = value(results, system, name, key)
-            if ours is None or not theirs:
-                cells.append(NONE)
-            else:
-                cells.append(f"{ours / theirs:.2f}{TIMES}")
+        cells = [_times(ours, value(results, system, name, key)) for system in against]
         lines.append(f"| {text} | " + " | ".join(cells) + " |")
     latency = measurement(results, MYSQL_SYSTEM, "latency") or {}
     if "p50_ms" in latency:
@@ -415,6 +575,18 @@ def mysql_section(results: dict[str, Any]) -> list[str]:
             f"{latency.get('samples', 0)} jobs.",
         ]
     return lines
+
+
+CPU_NOTE = (
+    "CPU time per 1,000 drained jobs, in seconds, of the worker processes (each with "
+    "the processes it forks; for pgbench, the pgbench client) and of the database "
+    "server (every PostgreSQL process, redis-server for Celery, mariadbd for MariaDB; "
+    "SQLite has no server: its work is in the worker processes' figure), read from "
+    "`/proc` every 20 ms. A drain's figure covers the moments 10 % to 90 % of its jobs "
+    "were done (interpolated between polls of the done count every 0.2 s), leaving out "
+    "start-up and the tail; pgbench's cover its whole run. On a shared machine this "
+    "moves much less than the rates do:"
+)
 
 
 def markdown(results: dict[str, Any], chart: str | None) -> str:
@@ -431,7 +603,10 @@ def markdown(results: dict[str, Any], chart: str | None) -> str:
     )
     lines += ["", "| Machine | |", "| --- | --- |"]
     lines += [f"| {key} | {text} |" for key, text in meta["machine"]]
-    lines += ["", *results_table(results), ""]
+    lines += ["", CPU_NOTE, "", *cpu_table(results), ""]
+    if ratios := cpu_ratios(results):
+        lines += [*ratios, ""]
+    lines += ["Throughput and pickup latency:", "", *results_table(results), ""]
     if ratios := mysql_section(results):
         lines += [*ratios, ""]
     lines += ["Targets (durable_jobs on PostgreSQL unless said otherwise):", ""]
@@ -450,8 +625,12 @@ def markdown(results: dict[str, Any], chart: str | None) -> str:
         lines.append(
             f"- {left_out} other target(s) not measured: their systems were not in this run."
         )
+    lines += [f"- {reference}" for reference in references(results)]
     if chart:
-        lines += ["", f"![Drain, enqueue and pickup latency of each system]({chart})"]
+        lines += [
+            "",
+            f"![CPU per drained job, drain, enqueue and pickup latency of each system]({chart})",
+        ]
     lines += [
         "",
         "Drains in detail (seconds from starting the worker processes; "
@@ -471,50 +650,32 @@ def markdown(results: dict[str, Any], chart: str | None) -> str:
 
 
 def chart_rows(results: dict[str, Any]) -> list[tuple[str, dict[str, float | None]]]:
-    """(label, figures) per row of the chart, top to bottom."""
+    """(label, figures) per row of the chart, top to bottom: one per drain row (pgbench
+    gives one per variant), with the enqueue and latency figures of the systems."""
     rows = []
-    for system in ORDER:
-        if system not in results["systems"]:
-            continue
-        name = label(results, system)
-        if system == "pgbench":
-            size = (measurement(results, system, "drain_2") or {}).get("batch_size", 100)
-            rows.append(
-                (
-                    f"{name}, 1 job/statement",
-                    {
-                        "drain_1": value(results, system, "drain_1"),
-                        "drain_2": value(results, system, "drain_2"),
-                    },
-                )
+    for system, name, one, two in drain_rows(results):
+        figures: dict[str, float | None] = {
+            "drain_1": _figure(one, "rate"),
+            "drain_2": _figure(two, "rate"),
+            "worker_cpu_1": _figure(one, "worker_cpu_per_1000"),
+            "db_cpu_1": _figure(one, "db_cpu_per_1000"),
+        }
+        if system != "pgbench":
+            figures.update(
+                enqueue_single=value(results, system, "enqueue_single"),
+                enqueue_bulk=value(results, system, "enqueue_bulk"),
+                p50=value(results, system, "latency", "p50_ms"),
+                p95=value(results, system, "latency", "p95_ms"),
             )
-            rows.append(
-                (
-                    f"{name}, {size} jobs/statement",
-                    {
-                        "drain_1": value(results, system, "drain_1", "batch_rate"),
-                        "drain_2": value(results, system, "drain_2", "batch_rate"),
-                    },
-                )
-            )
-            continue
-        rows.append(
-            (
-                name,
-                {
-                    "drain_1": value(results, system, "drain_1"),
-                    "drain_2": value(results, system, "drain_2"),
-                    "enqueue_single": value(results, system, "enqueue_single"),
-                    "enqueue_bulk": value(results, system, "enqueue_bulk"),
-                    "p50": value(results, system, "latency", "p50_ms"),
-                    "p95": value(results, system, "latency", "p95_ms"),
-                },
-            )
-        )
+        rows.append((name.replace(" per statement", "/statement"), figures))
     return rows
 
 
 PANELS = (
+    (
+        "CPU per 1,000 drained jobs, 1 worker process (s, lower is better)",
+        (("worker_cpu_1", "worker processes"), ("db_cpu_1", "database")),
+    ),
     (
         "Drain, no-op jobs (jobs/s, higher is better)",
         (("drain_1", "1 worker process"), ("drain_2", "2 worker processes")),
@@ -528,8 +689,8 @@ PANELS = (
 
 
 def draw_chart(results: dict[str, Any], path: Path) -> None:
-    """Three panels of horizontal bars, one row per system, on log scales (the figures
-    span three orders of magnitude); the figure is written beside each bar."""
+    """A panel of horizontal bars per entry of PANELS, one row per system, on log scales
+    (the figures span three orders of magnitude); the figure is written beside each bar."""
     import math
 
     import matplotlib
@@ -538,7 +699,7 @@ def draw_chart(results: dict[str, Any], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     rows = chart_rows(results)
-    figure, axes = plt.subplots(1, len(PANELS), figsize=(16, 0.55 * len(rows) + 2.6), sharey=True)
+    figure, axes = plt.subplots(1, len(PANELS), figsize=(21, 0.55 * len(rows) + 2.6), sharey=True)
     colours = ("#4C72B0", "#DD8452")
     height = 0.38
     for axis, (title, series) in zip(axes, PANELS, strict=True):
@@ -556,7 +717,7 @@ def draw_chart(results: dict[str, Any], path: Path) -> None:
                 positions, lengths, left=floor, height=height, color=colours[index], label=legend
             )
             for position, found in zip(positions, column, strict=True):
-                text = "n/a" if not found else f"{found:,.1f}" if found < 10 else f"{found:,.0f}"
+                text = "n/a" if not found else f"{found:.3g}" if found < 10 else f"{found:,.0f}"
                 axis.text(
                     found * 1.08 if found else floor * 1.1,
                     position,

@@ -124,6 +124,9 @@ class CeleryPeer(driver.Peer):
     def done_count(self) -> int:
         return len(self._result_keys())
 
+    def database_server(self) -> str:
+        return "redis"
+
     def drain_window(self) -> tuple[float | None, float | None]:
         done = [
             datetime.datetime.fromisoformat(meta["date_done"]).timestamp()
