@@ -19,30 +19,12 @@ from django.utils.translation import gettext_lazy as _
 from durable_jobs.conf import get_settings
 from durable_jobs.flow.rates import format_rate
 from durable_jobs.indexes import PartialIndex
+
+# How attempts end is the lifecycle's vocabulary, importable from here too.
 from durable_jobs.lifecycle.states import CLAIMABLE, FINAL, State
-
-
-class Outcome(models.TextChoices):
-    """How one attempt ended."""
-
-    COMPLETED = "completed", _("Completed")
-    FAILED = "failed", _("Failed")
-    TIMED_OUT = "timed_out", _("Timed out")
-    SNOOZED = "snoozed", _("Snoozed")
-    CANCELLED = "cancelled", _("Cancelled")
-    DISCARDED = "discarded", _("Discarded")
-    LOST = "lost", _("Lost (lease expired)")
-    INTERRUPTED = "interrupted", _("Interrupted (worker stopped)")
-
-
-#: Attempt outcomes that count as failures in error groups and the failure rate.
-FAILED_OUTCOMES: tuple[str, ...] = tuple(
-    sorted(o.value for o in (Outcome.FAILED, Outcome.TIMED_OUT, Outcome.LOST, Outcome.DISCARDED))
-)
-
-
-#: Attempt outcomes that give the attempt back: they do not count against the job's retries.
-GIVEN_BACK_OUTCOMES = frozenset({Outcome.SNOOZED, Outcome.INTERRUPTED})
+from durable_jobs.lifecycle.states import FAILED_OUTCOMES as FAILED_OUTCOMES
+from durable_jobs.lifecycle.states import GIVEN_BACK_OUTCOMES as GIVEN_BACK_OUTCOMES
+from durable_jobs.lifecycle.states import Outcome as Outcome
 
 
 def _claimable() -> Q:
@@ -212,6 +194,7 @@ class Job(models.Model):
     attempted_at = models.DateTimeField(_("attempted at"), null=True, blank=True)
     lease_expires_at = models.DateTimeField(_("lease expires at"), null=True, blank=True)
     # The node holding the current lease; cleared when the lease ends (see Attempt.node).
+    # No constraint in the database (migration 0012 says why): see lease_holder.
     leased_by = models.ForeignKey(
         Node,
         verbose_name=_("leased by"),
@@ -220,6 +203,7 @@ class Job(models.Model):
         on_delete=models.SET_NULL,
         related_name="jobs",
         db_index=False,  # the partial index below holds only leased jobs
+        db_constraint=False,
     )
     lease_token = models.UUIDField(_("lease token"), null=True, blank=True)
     created_at = models.DateTimeField(_("created at"), default=timezone.now)
@@ -314,6 +298,14 @@ class Job(models.Model):
         return self.state in FINAL
 
     @property
+    def lease_holder(self) -> Node | None:
+        """The node holding the lease, or None: none does, or its row is gone."""
+        try:
+            return self.leased_by
+        except Node.DoesNotExist:  # no constraint keeps the row (migration 0012)
+            return None
+
+    @property
     def batch_info(self) -> dict[str, Any]:
         """Set on a batch's callback job: the batch id, name, total and final counts."""
         info = (self.meta or {}).get("batch")
@@ -347,8 +339,14 @@ class Attempt(models.Model):
     """One try at running a job, kept for as long as the job is."""
 
     id = models.BigAutoField(_("id"), primary_key=True)
+    # No constraint nor index of its own in the database (migration 0012 says why).
     job = models.ForeignKey(
-        Job, verbose_name=_("job"), on_delete=models.CASCADE, related_name="attempt_set"
+        Job,
+        verbose_name=_("job"),
+        on_delete=models.CASCADE,
+        related_name="attempt_set",
+        db_constraint=False,
+        db_index=False,
     )
     number = models.PositiveIntegerField(_("number"))
     # The job's handler, copied: the overview's history per handler then reads no job row.

@@ -23,6 +23,7 @@ def iso(value: datetime.datetime | None) -> str | None:
 
 def job_to_dict(job: Job, *, attempts: bool = False) -> dict[str, Any]:
     """The stable JSON form of a job (``--json``); secret-looking payload keys masked."""
+    holder = job.lease_holder
     data: dict[str, Any] = {
         "id": job.pk,
         "name": job.name,
@@ -38,7 +39,7 @@ def job_to_dict(job: Job, *, attempts: bool = False) -> dict[str, Any]:
         "attempted_at": iso(job.attempted_at),
         "finished_at": iso(job.finished_at),
         "lease_expires_at": iso(job.lease_expires_at),
-        "node": job.leased_by.name if job.leased_by_id and job.leased_by else None,
+        "node": holder.name if holder else None,
         "progress": job.progress,
         "batch_id": job.batch_id,
         "concurrency_key": job.concurrency_key,

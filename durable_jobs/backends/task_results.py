@@ -96,7 +96,8 @@ def read(job_id: int, alias: str, *, using: str | None = None) -> TaskResult:
     if job is None or job.task_backend != alias:
         raise TaskResultDoesNotExist(f"No task result has the id {job_id} on backend {alias!r}.")
     attempts = list(Attempt.objects.using(job._state.db).filter(job_id=job.pk))
-    node = job.leased_by.name if job.leased_by is not None else None
+    holder = job.lease_holder
+    node = holder.name if holder else None
     return result(job, attempts, current_node=node)
 
 

@@ -82,7 +82,8 @@ def explain(job: Job, *, now: datetime.datetime | None = None) -> list[Reason]:
 
 def _not_waiting(job: Job) -> Reason:
     if job.state == State.LEASED:
-        node = job.leased_by.name if job.leased_by_id and job.leased_by else "a worker"
+        holder = job.lease_holder
+        node = holder.name if holder else "a worker"
         since = f" since {_when(job.attempted_at)}" if job.attempted_at else ""
         return Reason(
             "running", f"It is running on {node}{since} (attempt {job.attempts}).", {"node": node}

@@ -1,4 +1,5 @@
-"""The job state machine's vocabulary: the six states and the moves between them.
+"""The job state machine's vocabulary: the six states, the moves between them, and how
+an attempt ends.
 
 Pure data, no I/O: the models import it, the engines render SQL from it
 (:mod:`durable_jobs.lifecycle.sql`), and the writers in
@@ -22,6 +23,29 @@ class State(models.TextChoices):
     RETRYING = "retrying", _("Retrying")
     DEAD = "dead", _("Dead")
     CANCELLED = "cancelled", _("Cancelled")
+
+
+class Outcome(models.TextChoices):
+    """How one attempt ended."""
+
+    COMPLETED = "completed", _("Completed")
+    FAILED = "failed", _("Failed")
+    TIMED_OUT = "timed_out", _("Timed out")
+    SNOOZED = "snoozed", _("Snoozed")
+    CANCELLED = "cancelled", _("Cancelled")
+    DISCARDED = "discarded", _("Discarded")
+    LOST = "lost", _("Lost (lease expired)")
+    INTERRUPTED = "interrupted", _("Interrupted (worker stopped)")
+
+
+#: Attempt outcomes that count as failures in error groups and the failure rate.
+FAILED_OUTCOMES: tuple[str, ...] = tuple(
+    sorted(o.value for o in (Outcome.FAILED, Outcome.TIMED_OUT, Outcome.LOST, Outcome.DISCARDED))
+)
+
+
+#: Attempt outcomes that give the attempt back: they do not count against the job's retries.
+GIVEN_BACK_OUTCOMES = frozenset({Outcome.SNOOZED, Outcome.INTERRUPTED})
 
 
 #: target state -> the states a job may be in to move there.

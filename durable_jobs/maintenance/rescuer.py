@@ -41,7 +41,8 @@ def rescue_expired(*, using: str | None = None, node: str = "") -> int:
     batch = []
     for job in engine.expired_leases(now, BATCH):
         result = outcomes.unreported(job, now=now, outcome=Outcome.LOST)
-        settlement = outcomes.decide(result, node=job.leased_by.name if job.leased_by else "")
+        holder = job.lease_holder
+        settlement = outcomes.decide(result, node=holder.name if holder else "")
         settlement.event = "rescued"
         settlement.extra = {"rescued_by": node, "next_state": settlement.target.value}
         batch.append(settlement)
