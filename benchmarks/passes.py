@@ -1,4 +1,4 @@
-"""Where a worker's loop pass goes: statements, commit, and the worker's own Python.
+"""Where a worker's loop pass goes: its statements, its commit, the worker's own Python.
 
     python benchmarks/passes.py [--db sqlite|postgres|both] [--jobs N] [--concurrency C]
                                 [--synchronous-commit on|off]
@@ -6,23 +6,25 @@
 One worker (in the phase's own process, so that its functions can be timed) drains N
 no-op jobs with ``--burst`` at concurrency C, on a fresh SQLite file or a PostgreSQL
 database created and dropped again (``--pg-host``, ``--pg-port``, ``--pg-user`` as for
-``run.py``). Every call of the loop's database work is timed:
+``run.py``). A pass (:mod:`durable_jobs.worker.passes`) runs on the worker's pass thread;
+each one is timed there:
 
-* **outcome statement**: writing the finished jobs' outcomes (the transaction's first
-  statement, so it includes starting the transaction);
-* **claim statement**: leasing jobs for the free slots;
-* **commit**;
-* **database pass**: all of the above, as the loop waits for it;
+* **database pass**: all of a pass, as the pass thread runs it;
+* **statements**: writing the outcomes and claiming (on PostgreSQL, with one queue, one
+  statement that also commits);
+* **commit**: a commit of its own, where the pass is a transaction (SQLite; PostgreSQL
+  with relaxed commits);
 * **waiting for the server** (PostgreSQL): the part of the pass spent in psycopg waiting
-  for the server's answers (round trips and the server's work); the rest is Python;
-* **loop, not waiting on the database**: the rest of the loop's time (collecting
-  results, dispatching jobs to the pool, heartbeats, and waiting for a job to finish).
+  for the server's answer (the round trip, the server's work and the commit's flush);
+  the rest of the pass is the pass thread's Python;
+* **loop busy**: the loop thread's time not spent waiting for a wake-up (collecting
+  results, recording outcomes, dispatching jobs), per pass.
 
-With no-op jobs a concurrency-10 worker is bound by its database pass: its rate is about
-the jobs per pass divided by the time between passes. For comparison, the phase times a
-round trip (``SELECT 1``) and the commit of a one-row update on its own connection.
-To see where the worker's own time goes, sample it:
-``py-spy record --subprocesses --format raw -o profile.txt -- python benchmarks/passes.py``.
+With no-op jobs a concurrency-10 worker is bound by its passes and its Python: its rate
+is about the jobs per pass divided by the time between passes. For comparison, the
+phase times a round trip (``SELECT 1``) and the commit of a one-row update on its own
+connection. To see where the worker's own time goes, sample it:
+``py-spy record --gil --format raw -o profile.txt -- python benchmarks/passes.py --db postgres``.
 """
 
 from __future__ import annotations
@@ -73,13 +75,14 @@ def measure(jobs: int, concurrency: int) -> dict[str, Any]:
     """In a phase: drain ``jobs`` no-op jobs with one timed worker."""
     harness.setup_django()
     from django.db import connection
+    from django.db.backends.base.base import BaseDatabaseWrapper
 
     import durable_jobs
     from benchmarks.benchapp.jobs import noop
     from durable_jobs.models import Attempt, Job
     from durable_jobs.worker import Worker
-    from durable_jobs.worker import outbox as outbox_module
     from durable_jobs.worker import worker as worker_module
+    from durable_jobs.worker.wakeups import LoopWake
 
     Attempt.objects.all().delete()
     Job.objects.all().delete()
@@ -91,24 +94,40 @@ def measure(jobs: int, concurrency: int) -> dict[str, Any]:
 
     timers = Timers()
     worker = Worker({"default": concurrency}, burst=True, scheduler=False)
-    originals = (outbox_module.recording.write, worker_module.claim, connection.commit)
-    outbox_module.recording.write = timers.wrap("outcome statement", originals[0])  # type: ignore[assignment]
-    worker_module.claim = timers.wrap("claim statement", originals[1])  # type: ignore[assignment]
-    connection.commit = timers.wrap("commit", originals[2])  # type: ignore[method-assign]
-    worker._write_and_claim = timers.wrap("database pass", worker._write_and_claim)  # type: ignore[method-assign]
-    waiting = wait_timer(connection, timers)
+    pass_thread: dict[str, int] = {}
+    write_pass = worker._write_pass
+
+    def timed_pass(work: Any) -> None:
+        pass_thread["id"] = threading.get_ident()
+        write_pass(work)
+
+    worker._write_pass = timers.wrap("database pass", timed_pass)  # type: ignore[method-assign]
+    restore = [
+        patch_on_thread(worker_module, "settle_and_claim", "statements", pass_thread, timers),
+        patch_on_thread(BaseDatabaseWrapper, "commit", "commit", pass_thread, timers),
+        patch_on_thread(LoopWake, "wait", "loop waiting", {"id": threading.get_ident()}, timers),
+    ]
+    if connection.vendor == "postgresql":
+        import psycopg
+
+        restore.append(
+            patch_on_thread(
+                psycopg.Connection, "wait", "waiting for the server", pass_thread, timers
+            )
+        )
     started = time.perf_counter()
     try:
         worker.run()
     finally:
-        outbox_module.recording.write, worker_module.claim = originals[:2]  # type: ignore[assignment]
-        del connection.commit
-        waiting()
+        for undo in restore:
+            undo()
     elapsed = time.perf_counter() - started
     done = Job.objects.filter(state="completed").count()
     if done != jobs:
         raise SystemExit(f"{done} of {jobs} jobs completed")
     passes = timers.calls["database pass"]
+    per_pass = {name: seconds / passes * 1000 for name, seconds in timers.seconds.items()}
+    per_pass["loop busy"] = (elapsed - timers.seconds["loop waiting"]) / passes * 1000
     return {
         "vendor": connection.vendor,
         "jobs": jobs,
@@ -118,35 +137,26 @@ def measure(jobs: int, concurrency: int) -> dict[str, Any]:
         "claims": worker.stats.claims,
         "jobs_per_claim": jobs / max(worker.stats.claims, 1),
         "outcomes_per_write": jobs / max(worker.stats.flushes, 1),
-        "per_pass_ms": {name: s / passes * 1000 for name, s in timers.seconds.items()},
-        "loop_ms": (elapsed - timers.seconds["database pass"]) / passes * 1000,
+        "per_pass_ms": per_pass,
         "reference": reference,
     }
 
 
-def wait_timer(connection: Any, timers: Timers) -> Callable[[], None]:
-    """On PostgreSQL, time psycopg's waits for the server (its answer to a statement or a
-    commit: the round trip and the server's work) on the loop's connection; return the
-    function that stops timing. A no-op elsewhere."""
-    if connection.vendor != "postgresql":
-        return lambda: None
-    import psycopg
+def patch_on_thread(
+    owner: Any, name: str, timer: str, thread: dict[str, int], timers: Timers
+) -> Callable[[], None]:
+    """Time ``owner.name`` (a function of a module, or a method) under ``timer`` when it
+    runs on ``thread["id"]``; return the function that undoes it."""
+    original = getattr(owner, name)
+    timed = timers.wrap(timer, original)
 
-    original = psycopg.Connection.wait
-    loop_thread = threading.get_ident()
-    timed = timers.wrap("waiting for the server", original)
+    def on_thread(*args: Any, **kwargs: Any) -> Any:
+        if threading.get_ident() == thread.get("id"):
+            return timed(*args, **kwargs)
+        return original(*args, **kwargs)
 
-    def wait(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if threading.get_ident() == loop_thread:
-            return timed(self, *args, **kwargs)
-        return original(self, *args, **kwargs)
-
-    psycopg.Connection.wait = wait  # type: ignore[method-assign]
-
-    def stop() -> None:
-        psycopg.Connection.wait = original  # type: ignore[method-assign]
-
-    return stop
+    setattr(owner, name, on_thread)
+    return lambda: setattr(owner, name, original)
 
 
 def round_trips(connection: Any) -> dict[str, float]:
@@ -186,12 +196,15 @@ def print_result(result: dict[str, Any]) -> None:
     )
     print("| per database pass | ms |")
     print("|---|---:|")
-    names = ["outcome statement", "claim statement", "commit", "database pass"]
+    names = ["database pass", "statements", "commit"]
     if "waiting for the server" in per_pass:
         names.append("waiting for the server")
     for name in names:
         print(f"| {name} | {per_pass.get(name, 0.0):.3f} |")
-    print(f"| loop, not waiting on the database | {result['loop_ms']:.3f} |")
+    if "waiting for the server" in per_pass:
+        python = per_pass["database pass"] - per_pass["waiting for the server"]
+        print(f"| the pass thread's Python | {python:.3f} |")
+    print(f"| loop thread busy | {per_pass['loop busy']:.3f} |")
     ref = result["reference"]
     print(
         f"\nOn the same connection: a round trip (`SELECT 1`) takes "

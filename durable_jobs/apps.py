@@ -16,15 +16,15 @@ class DurableJobsConfig(AppConfig):
         from durable_jobs import checks  # noqa: F401  (registers the system checks)
         from durable_jobs.db.lookups import InConstants
         from durable_jobs.db.sqlite import configure_connection
+        from durable_jobs.hooks import add_finish_hook
         from durable_jobs.models import Attempt
         from durable_jobs.resolve import tasks_framework_installed
         from durable_jobs.schedules.outcomes import record_job_outcome
-        from durable_jobs.signals import job_finished
 
         # The overview reaches the partial index over failed attempts through it.
         Attempt._meta.get_field("outcome").register_lookup(InConstants)
         connection_created.connect(configure_connection, dispatch_uid="durable_jobs.sqlite")
-        job_finished.connect(record_job_outcome, dispatch_uid="durable_jobs.schedule_outcome")
+        add_finish_hook(record_job_outcome)
         if tasks_framework_installed():
             self.connect_task_finished()
         # Handlers register themselves when each installed app's jobs.py is imported.
@@ -50,7 +50,7 @@ class DurableJobsConfig(AppConfig):
 
     def connect_task_finished(self) -> None:
         """Send Django's ``task_finished`` when a task's job ends (durable_jobs.backends)."""
-        from durable_jobs.signals import job_finished
+        from durable_jobs.hooks import add_finish_hook
 
         try:
             from durable_jobs.backends.task_finished import send_task_finished
@@ -59,7 +59,7 @@ class DurableJobsConfig(AppConfig):
             # release it was not built for): only projects that use its backend need it,
             # and they see the error when the backend is built.
             return
-        job_finished.connect(send_task_finished, dispatch_uid="durable_jobs.task_finished")
+        add_finish_hook(send_task_finished)
 
     def start_inline_worker(self) -> None:
         """In ``manage.py runserver``'s server process, a worker (``INLINE_WORKER``)."""

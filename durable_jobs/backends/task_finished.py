@@ -22,10 +22,8 @@ from durable_jobs.models import Attempt, Job
 logger = logging.getLogger("durable_jobs")
 
 
-def send_task_finished(
-    sender: Any, job: Job, attempt: Attempt | None = None, error: Any = None, **kwargs: Any
-) -> None:
-    """The ``job_finished`` receiver: for a task's job, send ``task_finished``."""
+def send_task_finished(job: Job, attempt: Attempt | None = None, error: Any = None) -> None:
+    """A finish hook (:mod:`durable_jobs.hooks`): for a task's job, send ``task_finished``."""
     alias = job.task_backend
     if alias is None:
         return

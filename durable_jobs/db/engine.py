@@ -18,13 +18,12 @@ from __future__ import annotations
 
 import abc
 import contextlib
-import dataclasses
 import functools
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from django.core.checks import CheckMessage
 from django.db import connections, models
@@ -33,36 +32,13 @@ from django.db.models import signals as model_signals
 from django.utils import timezone
 
 from durable_jobs.db import percentiles, rows
+from durable_jobs.db.contract import ChooseKeyed, ClaimRequest, Listener, PassWrites
 from durable_jobs.lifecycle.sql import LEASED, state_list
 from durable_jobs.lifecycle.states import CLAIMABLE, FINAL, State
 from durable_jobs.models import Attempt, Job, JobRequest, Node, Queue
 
 if TYPE_CHECKING:
     from durable_jobs.lifecycle.outcomes import Settlement
-
-
-@dataclasses.dataclass(frozen=True)
-class ClaimRequest:
-    """What to lease, for whom, and for how long."""
-
-    queue: str
-    limit: int
-    node_id: int | None
-    lease_seconds: float
-
-
-#: A picked job with a concurrency key: ``(id, key, concurrency_limit)``.
-KeyedCandidate = tuple[int, str, int]
-#: Of the keyed candidates (in claim order), the ids that may start now.
-ChooseKeyed = Callable[[Sequence[KeyedCandidate]], list[int]]
-
-
-class Listener(Protocol):
-    """A blocking source of wake-ups for idle workers (PostgreSQL's LISTEN): ``wait``
-    blocks up to ``timeout`` seconds and returns the queues notifications named."""
-
-    def wait(self, timeout: float) -> list[str]: ...
-    def close(self) -> None: ...
 
 
 DELETE_CHUNK = 500  # ids per DELETE statement (SQLite allows 999 parameters)
@@ -187,6 +163,30 @@ class Engine(abc.ABC):
     def may_claim(self, queue: str) -> bool:
         """False when ``queue`` certainly has nothing to claim now: a cheap read, with no
         lock, for databases where a claim's transaction costs a lock others wait for."""
+
+    def pass_transaction(self, *, one_claim: bool) -> AbstractContextManager[None]:
+        """What a worker's loop pass writes in: its outcomes, then its claims
+        (:meth:`settle_and_claim`, and :meth:`claim` for further queues). Here one write
+        transaction, so that a pass costs one commit (on SQLite, one turn of the write
+        lock). ``one_claim``: the pass is one call of :meth:`settle_and_claim`, which an
+        engine may run as one statement that commits on its own."""
+        return self.write_transaction(savepoint=False)
+
+    def settle_and_claim(
+        self,
+        settlements: Sequence[Settlement],
+        request: ClaimRequest,
+        *,
+        choose_keyed: ChooseKeyed,
+    ) -> PassWrites:
+        """:meth:`settle` the outcomes, then :meth:`claim` on the fast path (``guarded``)
+        for the slots they freed, in :meth:`pass_transaction`."""
+        if not settlements and not self.may_claim(request.queue):
+            return PassWrites([], [])
+        with self.write_transaction(savepoint=False):
+            written = self.settle(settlements) if settlements else []
+            jobs = self.claim(request, guarded=True, choose_keyed=choose_keyed)
+        return PassWrites(written, jobs)
 
     @abc.abstractmethod
     def claim(

@@ -32,7 +32,8 @@ from typing import TYPE_CHECKING, Any
 from django.db import DataError, transaction
 
 from durable_jobs.db import mysql_checks, named_locks, outcome_rows
-from durable_jobs.db.engine import ChooseKeyed, ClaimRequest, Engine, insert_fields
+from durable_jobs.db.contract import ChooseKeyed, ClaimRequest
+from durable_jobs.db.engine import Engine, insert_fields
 from durable_jobs.lifecycle import sql
 from durable_jobs.models import Attempt, Job
 

@@ -3,20 +3,30 @@
 from __future__ import annotations
 
 import contextlib
-import functools
+import dataclasses
 import json
 import logging
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from django.db import DatabaseError, connections, transaction
 
 from durable_jobs.conf import get_settings
-from durable_jobs.db import advisory, outcome_rows, percentiles
-from durable_jobs.db.engine import ChooseKeyed, ClaimRequest, Engine, insert_fields
+from durable_jobs.db import advisory, outcome_rows, percentiles, postgresql_copy, rows
+from durable_jobs.db.commit_mode import relax_commit
+from durable_jobs.db.contract import ChooseKeyed, ClaimRequest, PassWrites
+from durable_jobs.db.engine import Engine
+from durable_jobs.db.postgresql_sql import (
+    CLAIM_SQL,
+    LEASE_SQL,
+    insert_columns,
+    insert_json_sql,
+    pass_sql,
+    settle_sql,
+)
 from durable_jobs.lifecycle import sql
-from durable_jobs.models import Attempt, Job
+from durable_jobs.models import Job
 
 if TYPE_CHECKING:
     from durable_jobs.lifecycle.outcomes import Settlement
@@ -26,6 +36,9 @@ logger = logging.getLogger("durable_jobs")
 #: Aliases whose server refused a prepared statement (PgBouncer in transaction mode without
 #: prepared statements): this process runs their statements unprepared.
 _unprepared: set[str] = set()
+
+#: The result columns of each statement run through ``execute_prepared``.
+_layouts: dict[str, tuple[str, ...]] = {}
 
 #: What psycopg raises when a pooler in between loses track of prepared statements.
 PREPARED_STATEMENT_ERRORS: tuple[type[Exception], ...] = ()
@@ -39,79 +52,15 @@ try:
 except ImportError:  # psycopg is only needed on PostgreSQL
     pass
 
-# The claim is one statement: the CTE picks and row-locks at most {limit} waiting jobs,
-# skipping rows other workers hold, and the UPDATE leases exactly those. Not ``UPDATE ...
-# WHERE id IN (SELECT ... LIMIT n)``: the planner may re-run that subquery as a join and
-# lease more rows than the LIMIT; a CTE is evaluated once.
-#
-# Picked jobs with a concurrency key come back still queued (and row-locked); they are
-# leased by LEASE_SQL once flow control has chosen those whose keys have room.
-CLAIM_SQL = """
-WITH picked AS (
-    SELECT id, concurrency_key
-    FROM {table} AS job
-    WHERE queue = %(queue)s
-      AND state IN ({sources})
-      AND available_at <= %(now)s
-      {guard}
-      {key_filter}
-    ORDER BY priority DESC, available_at, id
-    LIMIT {limit}
-    FOR UPDATE SKIP LOCKED
-),
-leased AS (
-    UPDATE {table} AS job
-    SET {lease_set}
-    FROM picked
-    WHERE job.id = picked.id AND picked.concurrency_key IS NULL
-    RETURNING job.*
-)
-SELECT * FROM leased
-UNION ALL
-SELECT job.* FROM {table} AS job JOIN picked ON job.id = picked.id
-WHERE picked.concurrency_key IS NOT NULL
-"""
-
-LEASE_SQL = """
-UPDATE {table} AS job
-SET {lease_set}
-WHERE job.id = ANY(%(ids)s)
-RETURNING job.*
-"""
-
-
-# A whole batch of outcomes in one statement; only the jobs the fenced UPDATE moved get
-# their attempt row, whose ids come back.
-#
-# Under a prepared statement's generic plan the jobs must be found by primary key: hence
-# the ids again as an array (the plan cannot see how few rows the JSON holds), and the
-# fence's state taken from the rows (``o.source``) rather than as the literal 'leased',
-# which would lead the planner to scan the partial index of leased jobs, dead entries
-# and all.
-SETTLE_SQL = """
-WITH outcome AS (
-    SELECT {fields} FROM jsonb_array_elements(%s::jsonb) AS r
-),
-settled AS (
-    UPDATE {job_table} AS job
-    SET {settle_set}
-    FROM outcome AS o
-    WHERE job.id = ANY(%s::bigint[])
-      AND job.id = o.job_id AND job.state = o.source AND job.lease_token = o.lease_token
-    RETURNING job.id
-),
-recorded AS (
-    INSERT INTO {attempt_table} ({attempt_columns})
-    SELECT {attempt_values} FROM outcome AS o JOIN settled ON settled.id = o.job_id
-    RETURNING job_id, id
-)
-SELECT job_id, id FROM recorded
-"""
-
 
 class PostgreSQLEngine(Engine):
     vendor = "postgresql"
     percentiles_sql = staticmethod(percentiles.ordered_set)
+
+    def __init__(self, alias: str) -> None:
+        super().__init__(alias)
+        #: PASS_SQL per claim limit, for the loop's passes.
+        self._pass_statements: dict[int, str] = {}
 
     @contextlib.contextmanager
     def write_transaction(self, *, savepoint: bool = True) -> Iterator[None]:
@@ -144,18 +93,33 @@ class PostgreSQLEngine(Engine):
         return int(rows[0][0]) if rows else None
 
     def insert_rows(self, jobs: Sequence[Job]) -> list[tuple[Any, ...]]:
+        # Keyed rows first (insert_jobs orders them so): the result stays in jobs order.
+        keyed = [job for job in jobs if job.idempotency_key is not None]
+        keyless = jobs[len(keyed) :]
+        returned: list[tuple[Any, ...]] = []
+        for group, through_copy in (
+            (keyed, postgresql_copy.insert_keyed),
+            (keyless, postgresql_copy.copy_keyless),
+        ):
+            if len(group) >= postgresql_copy.COPY_FROM:
+                with self._raw_cursor(postgresql_copy.described(through_copy)) as cursor:
+                    returned += through_copy(cursor, group)
+            elif group:
+                returned += self._insert_json(group)
+        return returned
+
+    def _insert_json(self, jobs: Sequence[Job]) -> list[tuple[Any, ...]]:
         # The rows travel as one JSON document (``json.dumps`` is one C call) in one
         # parameter, rather than as 25 parameters per row that Django's cursor would quote
-        # into the statement's text one by one. Not prepared: one statement per 5,000
-        # jobs gains nothing from it, and enqueues run on the project's own connections,
-        # where psycopg, once it has prepared anything, answers every rollback with
-        # DEALLOCATE ALL.
+        # into the statement's text one by one. Not prepared: enqueues run on the
+        # project's own connections, where psycopg, once it has prepared anything,
+        # answers every rollback with DEALLOCATE ALL.
         statement = insert_json_sql(self.alias, notify=False)
         _, returned = self.execute_prepared(statement, [self._json_rows(jobs)], prepare=False)
         return returned
 
     def _json_rows(self, jobs: Sequence[Job]) -> str:
-        columns = _insert_columns(self.alias)
+        columns = insert_columns(self.alias)
         return json.dumps(
             [[encode(getattr(job, name)) for name, _, encode in columns] for job in jobs]
         )
@@ -202,6 +166,53 @@ class PostgreSQLEngine(Engine):
     def lock_keys(self, keys: Sequence[str]) -> None:
         advisory.lock_for_transaction(self.connection, keys)
 
+    # -- a loop pass ------------------------------------------------------------------------
+
+    def pass_transaction(self, *, one_claim: bool) -> contextlib.AbstractContextManager[None]:
+        # A pass of one claim is one statement (PASS_SQL), which commits on its own,
+        # without BEGIN and COMMIT round trips; relaxed commits need SET LOCAL, so a
+        # transaction.
+        if not get_settings().synchronous_commit:
+            return self._relaxed_transaction()
+        if one_claim:
+            return contextlib.nullcontext()
+        return self.write_transaction(savepoint=False)
+
+    @contextlib.contextmanager
+    def _relaxed_transaction(self) -> Iterator[None]:
+        with self.write_transaction(savepoint=False):
+            relax_commit(self)
+            yield
+
+    def settle_and_claim(
+        self,
+        settlements: Sequence[Settlement],
+        request: ClaimRequest,
+        *,
+        choose_keyed: ChooseKeyed,
+    ) -> PassWrites:
+        statement = self._pass_statements.get(request.limit)
+        if statement is None:
+            parts = tuple(self.claim_parts(request, guarded=True).items())
+            statement = self._pass_statements[request.limit] = pass_sql(parts)
+        params = self.claim_params(request)
+        params["outcomes"] = outcome_rows.encode(settlements, outcome_rows.iso_time, str)
+        params["settled"] = [settlement.job_id for settlement in settlements]
+        layout, found = self.execute_prepared(statement, params)
+        first = dict(zip(layout, found[0], strict=True))
+        recorded = zip(first["recorded_jobs"] or (), first["recorded_attempts"] or (), strict=True)
+        written = outcome_rows.mark_written(settlements, dict(recorded), self.alias)
+        id_at = layout.index("id")
+        jobs = rows.instances(Job, self.alias, layout, [r for r in found if r[id_at] is not None])
+        keyed_waiting = bool(first["keyed_picks"]) and len(jobs) < request.limit
+        if keyed_waiting and self.connection.in_atomic_block:
+            # Inside the pass's transaction: flow control chooses among the keyed jobs
+            # under their keys' locks, now.
+            rest = dataclasses.replace(request, limit=request.limit - len(jobs))
+            jobs += self.claim(rest, guarded=True, choose_keyed=choose_keyed)
+            keyed_waiting = False
+        return PassWrites(written, jobs, keyed_waiting)
+
     # -- outcomes ---------------------------------------------------------------------------
 
     def settle(self, settlements: Sequence[Settlement]) -> list[bool]:
@@ -234,31 +245,21 @@ class PostgreSQLEngine(Engine):
         prepare = prepare and get_settings().prepared_statements
         if prepare and self.alias in _unprepared:
             prepare = False
-        import psycopg
-
-        wrapper: Any = self.connection
-        wrapper.close_if_health_check_failed()
-        wrapper.ensure_connection()
-        wrapper.validate_no_broken_transaction()
-        raw = wrapper.connection
-        if prepare and raw.prepare_threshold is None:
-            # Django's default, which turns preparing off altogether. A threshold no query
-            # reaches keeps psycopg from preparing anything on its own, and lets the
-            # explicit prepare=True below work.
-            raw.prepare_threshold = 2**31 - 1
         try:
-            with wrapper.wrap_database_errors, psycopg.Cursor(raw) as cursor:
-                self._match_time_zone(cursor)
-                started = time.monotonic()
+            with self._raw_cursor(sql) as cursor:
+                raw = cursor.connection
+                if prepare and raw.prepare_threshold is None:
+                    # Django's default, which turns preparing off altogether. A threshold
+                    # no query reaches keeps psycopg from preparing anything on its own,
+                    # and lets the explicit prepare=True below work.
+                    raw.prepare_threshold = 2**31 - 1
                 cursor.execute(sql, params, prepare=prepare)
-                columns = tuple(column.name for column in cursor.description or ())
-                rows = cursor.fetchall()
-                if wrapper.queries_logged:
-                    # As Django's debug cursor does: DEBUG pages, assertNumQueries and
-                    # CaptureQueriesContext see these statements too.
-                    elapsed = time.monotonic() - started
-                    wrapper.queries_log.append({"sql": sql, "time": f"{elapsed:.3f}"})
-                return columns, rows
+                columns = _layouts.get(sql)
+                if columns is None:
+                    # A statement's columns never change: described once (psycopg builds
+                    # an object per column at every look).
+                    columns = _layouts[sql] = tuple(c.name for c in cursor.description or ())
+                return columns, cursor.fetchall()
         except DatabaseError as exc:
             if isinstance(exc.__cause__, PREPARED_STATEMENT_ERRORS):
                 _unprepared.add(self.alias)
@@ -270,101 +271,53 @@ class PostgreSQLEngine(Engine):
                     exc,
                     self.alias,
                 )
-                if prepare and not wrapper.in_atomic_block:
+                if prepare and not self.connection.in_atomic_block:
                     # In autocommit nothing was aborted: run it again, unprepared. (Inside
                     # a transaction the error has aborted it; the caller's atomic block
                     # fails this once.)
                     return self.execute_prepared(sql, params, prepare=False)
             raise
 
+    @contextlib.contextmanager
+    def _raw_cursor(self, logged_as: str) -> Iterator[Any]:
+        """A psycopg cursor on this thread's connection, under Django's error wrapping and
+        query log (DEBUG pages, assertNumQueries and CaptureQueriesContext see what runs
+        on it, as ``logged_as``)."""
+        import psycopg
+
+        wrapper: Any = self.connection
+        wrapper.close_if_health_check_failed()
+        wrapper.ensure_connection()
+        wrapper.validate_no_broken_transaction()
+        started = time.monotonic()
+        with wrapper.wrap_database_errors, psycopg.Cursor(wrapper.connection) as cursor:
+            self._match_time_zone(cursor)
+            yield cursor
+        if wrapper.queries_logged:
+            elapsed = time.monotonic() - started
+            wrapper.queries_log.append({"sql": logged_as, "time": f"{elapsed:.3f}"})
+
     def _match_time_zone(self, cursor: Any) -> None:
-        # As Django's create_cursor(): a cursor-level loader only if the zones differ.
+        # Timestamps in the time zone Django expects. Django's own loader (registered on
+        # the connection) wraps psycopg's in Python; where the session's zone is Django's
+        # (as Django sets it on connecting), psycopg's C loader gives the same instants in
+        # the same zone, in a fraction of the time: a claim reads six per job.
         from django.db.backends.postgresql.base import TIMESTAMPTZ_OID
         from django.db.backends.postgresql.psycopg_any import register_tzloader
+        from psycopg import adapters
         from psycopg.pq import Format
 
         wrapper: Any = self.connection
+        session_zone = wrapper.connection.pgconn.parameter_status(b"TimeZone")
+        if session_zone == wrapper.timezone_name.encode():
+            cursor.adapters.register_loader(
+                TIMESTAMPTZ_OID, adapters.get_loader(TIMESTAMPTZ_OID, Format.TEXT)
+            )
+            return
+        # As Django's create_cursor(): a cursor-level loader only if the zones differ.
         loader = wrapper.connection.adapters.get_loader(TIMESTAMPTZ_OID, Format.TEXT)
         if wrapper.timezone != loader.timezone:
             register_tzloader(wrapper.timezone, cursor)
-
-
-def _quote(name: str) -> str:
-    return f'"{name}"'
-
-
-@functools.cache
-def settle_sql() -> str:
-    def value(source: str) -> str:
-        return (
-            "o.duration_us * interval '1 microsecond'" if source == "duration_us" else f"o.{source}"
-        )
-
-    return SETTLE_SQL.format(
-        fields=", ".join(
-            f"(r->>{i})::{kind} AS {name}" for i, (name, kind) in enumerate(outcome_rows.COLUMNS)
-        ),
-        job_table=_quote(Job._meta.db_table),
-        settle_set=sql.settle_set(),
-        attempt_table=_quote(Attempt._meta.db_table),
-        attempt_columns=", ".join(_quote(column) for column, _ in outcome_rows.ATTEMPT_COLUMNS),
-        attempt_values=", ".join(value(source) for _, source in outcome_rows.ATTEMPT_COLUMNS),
-    )
-
-
-@functools.cache
-def _insert_columns(alias: str) -> tuple[tuple[str, str, Callable[[Any], Any]], ...]:
-    """Per inserted Job column: the attribute, its SQL type from JSON text, its encoder."""
-    out = []
-    for field in insert_fields():
-        kind = field.get_internal_type()
-        if kind == "JSONField":
-            # Dumped to text first: JSON null would otherwise become a JSON null value,
-            # where Django stores None as SQL NULL.
-            out.append((field.attname, "jsonb", _json_text))
-        elif kind == "DateTimeField":
-            out.append((field.attname, "timestamptz", outcome_rows.iso_time))
-        elif kind == "UUIDField":
-            out.append((field.attname, "uuid", _text_or_none))
-        elif kind in ("CharField", "TextField"):
-            # text, not varchar(n): an explicit cast to varchar(n) would truncate silently,
-            # where assigning text to the column refuses a value too long.
-            out.append((field.attname, "text", _plain))
-        else:
-            out.append((field.attname, str(field.db_type(connections[alias])), _plain))
-    return tuple(out)
-
-
-def _plain(value: Any) -> Any:
-    return value
-
-
-def _json_text(value: Any) -> str | None:
-    return None if value is None else json.dumps(value)
-
-
-def _text_or_none(value: Any) -> str | None:
-    return None if value is None else str(value)
-
-
-@functools.cache
-def insert_json_sql(alias: str, *, notify: bool) -> str:
-    """INSERT of the Job rows in a JSON array (see ``insert_rows``), in array order; with
-    ``notify``, also ``pg_notify(%s, %s)`` once if a row was inserted."""
-    names = ", ".join(_quote(field.column) for field in insert_fields())
-    values = ", ".join(
-        f"(r->>{i})::{kind}" for i, (_, kind, _) in enumerate(_insert_columns(alias))
-    )
-    insert = (
-        f"INSERT INTO {_quote(Job._meta.db_table)} ({names}) "
-        f"SELECT {values} FROM jsonb_array_elements(%s::jsonb) WITH ORDINALITY AS e(r, n) "
-        'ORDER BY n ON CONFLICT ("idempotency_key") DO NOTHING RETURNING "id", "idempotency_key"'
-    )
-    if not notify:
-        return insert
-    # NOTIFY inside the transaction is delivered only if it commits, so a rolled back
-    # enqueue wakes nobody; one round trip does both.
-    return f"WITH inserted AS ({insert}) SELECT id, pg_notify(%s, %s) FROM inserted"
 
 
 class PostgreSQLListener:

@@ -14,15 +14,20 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from django.db import models
 from django.utils import timezone
 
 from durable_jobs.db.commit_mode import relax_commit
-from durable_jobs.db.engine import ClaimRequest, Engine, KeyedCandidate
+from durable_jobs.db.contract import ClaimRequest, KeyedCandidate, PassWrites
+from durable_jobs.db.engine import Engine
 from durable_jobs.flow import rates
 from durable_jobs.lifecycle.states import State
 from durable_jobs.models import Job, Queue
+
+if TYPE_CHECKING:
+    from durable_jobs.lifecycle.outcomes import Settlement
 
 #: No limit from a queue's row: more than any worker's concurrency.
 UNLIMITED = 1 << 30
@@ -62,6 +67,33 @@ def claim_within_limits(engine: Engine, request: ClaimRequest, *, limited: bool)
         if queue_row is not None and queue_row.rate_limit and jobs:
             record_starts(queue_row, len(jobs), using=engine.alias)
         return jobs
+
+
+def settle_and_claim(
+    engine: Engine,
+    settlements: Sequence[Settlement],
+    request: ClaimRequest,
+    *,
+    limited: bool,
+    keyed: bool = False,
+) -> PassWrites:
+    """Write ``settlements`` and lease up to ``request.limit`` jobs of the queue, in the
+    pass's transaction (:meth:`Engine.pass_transaction`); on the fast path the engine
+    may do both in one statement.
+
+    ``limited`` as for :func:`claim_within_limits`. ``keyed``: the queue's last such
+    statement left keyed jobs waiting (see :class:`~durable_jobs.db.engine.PassWrites`):
+    claim as :func:`claim_within_limits` does, which chooses among them under their
+    keys' locks.
+    """
+    if limited or keyed:
+        written = engine.settle(settlements) if settlements else []
+        return PassWrites(written, claim_within_limits(engine, request, limited=limited))
+
+    def choose_keyed(candidates: Sequence[KeyedCandidate]) -> list[int]:
+        return keyed_with_room(engine, candidates)
+
+    return engine.settle_and_claim(settlements, request, choose_keyed=choose_keyed)
 
 
 def allowance(queue_row: Queue, *, using: str) -> int:

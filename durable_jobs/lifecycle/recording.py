@@ -14,12 +14,13 @@ from collections.abc import Iterable, Sequence
 
 from django.db import DatabaseError
 
-from durable_jobs import signals
+from durable_jobs import hooks, signals
 from durable_jobs.flow.batches import finish_ready
 from durable_jobs.lifecycle.outcomes import Settlement
 from durable_jobs.lifecycle.states import FINAL, State
 from durable_jobs.lifecycle.transitions import settle
 from durable_jobs.logging import log_event
+from durable_jobs.logging import logger as event_logger
 from durable_jobs.models import FAILED_OUTCOMES, Job
 
 logger = logging.getLogger("durable_jobs")
@@ -88,14 +89,18 @@ def _report(settlement: Settlement, written: bool) -> None:
     # The outcome is committed; a failing receiver must not make it look otherwise.
     signals.send(signals.attempt_finished, Job, job=job, attempt=attempt)
     if settlement.target in FINAL:
+        hooks.job_finished(job, attempt, settlement.exception)
         signals.send(
             signals.job_finished, Job, job=job, attempt=attempt, error=settlement.exception
         )
     if settlement.target == State.DEAD:
         signals.send(signals.job_dead, Job, job=job, attempt=attempt)
     error = settlement.exception
+    level = EVENT_LEVELS.get(settlement.event, logging.INFO)
+    if not event_logger.isEnabledFor(level):
+        return  # the record's fields are not worth building
     log_event(
-        EVENT_LEVELS.get(settlement.event, logging.INFO),
+        level,
         settlement.event,
         job,
         # A failure carries its real exception, so that error trackers' logging

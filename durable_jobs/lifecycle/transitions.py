@@ -21,7 +21,7 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from durable_jobs.db import engine_for
-from durable_jobs.db.engine import ClaimRequest
+from durable_jobs.db.contract import ClaimRequest, PassWrites
 from durable_jobs.flow import limits
 from durable_jobs.lifecycle import sql
 from durable_jobs.lifecycle.states import ALLOWED_SOURCES, State, can_move
@@ -82,15 +82,46 @@ def claim(
     return limits.claim_within_limits(engine_for(using), request, limited=limited)
 
 
+def settle_and_claim(
+    settlements: Sequence[Settlement],
+    *,
+    queue: str,
+    limit: int,
+    node_id: int | None,
+    lease_seconds: float,
+    limited: bool = False,
+    keyed: bool = False,
+    using: str | None = None,
+) -> PassWrites:
+    """:func:`settle`, then :func:`claim` for the slots the outcomes freed, as one loop
+    pass writes them (inside the engine's
+    :meth:`~durable_jobs.db.engine.Engine.pass_transaction`). Where the engine can, one
+    statement does both. ``keyed``: see :func:`durable_jobs.flow.limits.settle_and_claim`.
+    """
+    if limit <= 0 or _repeats_a_job(settlements):
+        written = settle(settlements, using=using)
+        claimed = claim(
+            queue=queue,
+            limit=limit,
+            node_id=node_id,
+            lease_seconds=lease_seconds,
+            limited=limited,
+            using=using,
+        )
+        return PassWrites(written, claimed)
+    _check_targets(settlements)
+    request = ClaimRequest(queue, limit, node_id, lease_seconds)
+    engine = engine_for(using)
+    return limits.settle_and_claim(engine, settlements, request, limited=limited, keyed=keyed)
+
+
 def settle(settlements: Sequence[Settlement], *, using: str | None = None) -> list[bool]:
     """Record how leases ended (one statement per batch); return which were written.
 
     Each job moves only if it is still ``leased`` under the settlement's token (a rescued
     or cancelled job is left alone), and its attempt row is inserted only then.
     """
-    for settlement in settlements:
-        if not can_move(State.LEASED, settlement.target):
-            raise ValueError(f"a lease cannot end in {settlement.target!r}")
+    _check_targets(settlements)
     engine = engine_for(using)
     written: list[bool] = [False] * len(settlements)
     # Each statement holds a job at most once (a stale lease and the job's current one
@@ -109,3 +140,13 @@ def settle(settlements: Sequence[Settlement], *, using: str | None = None) -> li
             written[index] = ok
         remaining = later
     return written
+
+
+def _check_targets(settlements: Sequence[Settlement]) -> None:
+    for settlement in settlements:
+        if not can_move(State.LEASED, settlement.target):
+            raise ValueError(f"a lease cannot end in {settlement.target!r}")
+
+
+def _repeats_a_job(settlements: Sequence[Settlement]) -> bool:
+    return len({settlement.job_id for settlement in settlements}) < len(settlements)

@@ -21,7 +21,9 @@ from durable_jobs.models import Attempt, Job, Schedule
 logger = logging.getLogger("durable_jobs")
 
 
-def record_job_outcome(sender: Any, *, job: Job, attempt: Attempt, **kwargs: Any) -> None:
+def record_job_outcome(job: Job, attempt: Attempt, error: BaseException | None = None) -> None:
+    """A finish hook (:mod:`durable_jobs.hooks`): reflect a scheduled job's end on its
+    schedule."""
     schedule_id = job.schedule_info.get("id")
     if not schedule_id:
         return

@@ -1,9 +1,9 @@
 """Outcomes decided and not yet written, and how they are written.
 
 A finished job's outcome waits up to :data:`FLUSH_SECONDS` for company; the waiting
-outcomes are then written together with the claim of the slots they freed, in one
-transaction (:meth:`Outbox.write_with`): one commit per loop pass. If the database
-refuses the batch (a value it cannot store), the outcomes are written one at a time,
+outcomes are then taken by a loop pass (:mod:`durable_jobs.worker.passes`), which writes
+them together with the claim of the slots they freed. If the database refuses a batch
+(a value it cannot store), the outcomes are written one at a time (:meth:`Outbox.flush`),
 and one that is still refused is written without the handler's data.
 """
 
@@ -12,13 +12,11 @@ from __future__ import annotations
 import collections
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TypeVar
 
 from django.db import DataError, IntegrityError
 
-from durable_jobs.db.commit_mode import relax_commit
 from durable_jobs.db.engine import Engine
 from durable_jobs.lifecycle import outcomes, recording
 from durable_jobs.lifecycle.outcomes import Settlement
@@ -30,8 +28,6 @@ logger = logging.getLogger("durable_jobs.worker")
 FLUSH_SECONDS = 0.005
 #: The most outcomes written in one statement.
 BATCH = 500
-
-T = TypeVar("T")
 
 
 @dataclass
@@ -80,30 +76,25 @@ class Outbox:
         """When the waiting outcomes are due at the latest (``time.monotonic()``)."""
         return self._since + FLUSH_SECONDS if self._pending else None
 
-    def write_with(self, claim: Callable[[], list[T]]) -> list[T]:
-        """Write the waiting outcomes and ``claim()`` in one transaction; what it claimed.
+    def take(self) -> list[Settlement]:
+        """The waiting outcomes (at most BATCH, oldest first), for a pass to write; a pass
+        that fails gives them back (:meth:`put_back`)."""
+        batch = self._pending[:BATCH]
+        del self._pending[:BATCH]
+        if self._pending:
+            self._since = time.monotonic()
+        return batch
 
-        The slots the outcomes freed are claimed only together with their write, so the
-        database never shows more leases than the worker's concurrency.
-        """
-        while len(self._pending) > BATCH:
-            self._write_batch(BATCH)
-        batch = self._pending
-        if not batch:
-            return claim()
-        try:
-            with self._engine.write_transaction(savepoint=False):
-                relax_commit(self._engine)
-                written = recording.write(batch, using=self._engine.alias)
-                claimed = claim()
-        except (DataError, IntegrityError):
-            # An outcome the database refuses: write them one at a time, then claim in a
-            # transaction of its own.
-            self.flush()
-            return claim()
-        self._written(batch, written)
-        del self._pending[: len(batch)]
-        return claimed
+    def put_back(self, batch: Sequence[Settlement]) -> None:
+        """Outcomes a pass did not write, to be written first."""
+        if batch:
+            self._pending[:0] = batch
+            self._since = time.monotonic() - FLUSH_SECONDS  # due at once
+
+    def written(self, batch: Sequence[Settlement], written: Sequence[bool]) -> None:
+        """After a pass committed ``batch``: what follows an outcome's write."""
+        if batch:
+            self._written(batch, written)
 
     def flush(self) -> bool:
         """Write every waiting outcome (BATCH per statement); True if there were any."""

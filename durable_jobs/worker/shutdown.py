@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from durable_jobs.worker.config import Timing
     from durable_jobs.worker.executors import Executors
     from durable_jobs.worker.outbox import Outbox, WorkerStats
+    from durable_jobs.worker.passes import PassThread
     from durable_jobs.worker.running import Running, RunningJobs
     from durable_jobs.worker.wakeups import LoopWake, NotifyListener
 
@@ -52,6 +53,7 @@ class GracefulStop:
     outbox: Outbox
     wake: LoopWake
     pool: Executors | None
+    passes: PassThread
     listener: NotifyListener | None
     maintenance: MaintenanceRunner
     stopping: bool
@@ -64,6 +66,7 @@ class GracefulStop:
     _beat: Callable[[], None]
     _collect_results: Callable[[], None]
     _enforce_timeouts: Callable[[], None]
+    _finish_pass: Callable[[], None]
     _resolve: Callable[[Running, Outcome, BaseException | None], None]
     _on_database_error: Callable[[Exception, int], None]
 
@@ -111,6 +114,8 @@ class GracefulStop:
         self.maintenance.stop()  # no new rescue, prune or tick
         signals.send(signals.worker_stopping, Node, node=self.node)
         begun = time.monotonic()
+        # The pass in flight is written: its jobs run (or are handed back) like the others.
+        self._with_retries(self._finish_pass, begun + LAST_WRITES_SECONDS)
         if not self.at_once:  # else the node row is deleted a moment later
             self._with_retries(self._mark_stopping, begun + self._grace())
         # The deadline is read on every pass, so that stop_now() ends the grace at once.
@@ -130,6 +135,8 @@ class GracefulStop:
             self.listener.stop(timeout=threads_wait)
         if self.pool is not None:
             self.pool.shutdown(timeout=threads_wait)
+        if hasattr(self, "passes"):  # not if the worker failed to start
+            self.passes.stop(timeout=threads_wait)
         self.maintenance.join()
         self._with_retries(self._delete_node, time.monotonic() + LAST_WRITES_SECONDS)
         logger.info(

@@ -13,7 +13,8 @@ from collections.abc import Callable, Collection
 
 from durable_jobs.backoff import Doubling
 from durable_jobs.conf import get_settings
-from durable_jobs.db.engine import Engine, Listener
+from durable_jobs.db.contract import Listener
+from durable_jobs.db.engine import Engine
 
 logger = logging.getLogger("durable_jobs.worker")
 

@@ -27,7 +27,6 @@ from durable_jobs.exceptions import JobTimeout
 from durable_jobs.flow import queues as flow_queues
 from durable_jobs.lifecycle import outcomes
 from durable_jobs.lifecycle.outcomes import RunResult
-from durable_jobs.lifecycle.transitions import claim
 from durable_jobs.logging import log_event
 from durable_jobs.maintenance import MaintenanceContext, MaintenanceRunner, default_services
 from durable_jobs.maintenance.base import Service
@@ -39,6 +38,7 @@ from durable_jobs.worker.failures import DatabaseFailures
 from durable_jobs.worker.heartbeat import Heartbeat
 from durable_jobs.worker.node import register_node
 from durable_jobs.worker.outbox import Outbox, WorkerStats
+from durable_jobs.worker.passes import LoopPasses, PassThread
 from durable_jobs.worker.pool import Interrupted, TimedOut
 from durable_jobs.worker.running import Running, RunningJobs
 from durable_jobs.worker.shutdown import GracefulStop
@@ -50,7 +50,7 @@ logger = logging.getLogger("durable_jobs.worker")
 SIGNAL_CHECK_SECONDS = 0.25
 
 
-class Worker(GracefulStop):
+class Worker(LoopPasses, GracefulStop):
     """Runs jobs from ``queues`` until stopped. Drive it from a command, a thread or a test.
 
     >>> Worker({"default": 4}, burst=True).run()   # process what is there, then return
@@ -118,6 +118,11 @@ class Worker(GracefulStop):
             on_failure=self._maintenance_failed,
             on_database_error=self.database_failures.count,
         )
+        #: Queues whose keyed jobs a one-statement pass left waiting: claimed in
+        #: transactions (see :class:`~durable_jobs.db.engine.PassWrites`) until the next
+        #: heartbeat.
+        self.keyed_queues: set[str] = set()
+        self.capacity = sum(self.queues.values())
         self.pool: Executors | None = None
         self.listener: NotifyListener | None = None
         self.changes: ChangeCounter | None = None
@@ -175,6 +180,9 @@ class Worker(GracefulStop):
             self.queues, work=self._work, report=self.running.report, node=self.node,
             alias=self.alias, lease_seconds=self.timing.lease_seconds,
         )  # fmt: skip
+        self.passes = PassThread(
+            self._write_pass, self.wake.result_ready, name=f"{self.node.name}-passes"
+        )
         wakeup.subscribe(self.wake)
         if not self.burst:
             self.listener = NotifyListener.start_for(
@@ -209,23 +217,28 @@ class Worker(GracefulStop):
             new_work = self.wake.take()
             try:
                 self._collect_results()
+                finished = self._take_pass()
+                if finished is not None:
+                    new_work |= self._again(finished)
+                    if self.burst and self._drained(finished):
+                        break
                 # Before any write: it keeps renewing leases even while outcome writes are
                 # failing and being retried.
                 self._beat()
-                outcomes_due = self.outbox.due(running=len(self.running), stopping=self.stopping)
+                outcomes_due = self._outcomes_due()
                 self._enforce_timeouts()
                 if self._done_with_max_jobs():
                     break
-                # Claim when new jobs may be waiting (a wake-up, a due poll, a change on
-                # SQLite), or when the waiting outcomes are due: a pass that only collected
-                # a result leaves its slot for later, so that each claim takes a batch.
+                # A pass when new jobs may be waiting (a wake-up, a due poll, a change on
+                # SQLite, a full claim), or when the waiting outcomes are due: a finished
+                # job alone leaves its slot for a moment, so that each pass takes a batch.
                 assert self.changes is not None
                 poll_due = time.monotonic() >= next_poll or self.changes.changed()
-                if new_work or poll_due or outcomes_due or (self.burst and not self.outbox):
+                if not self.passes.busy and (
+                    new_work or poll_due or outcomes_due or (self.burst and not self.outbox)
+                ):
                     next_poll = time.monotonic() + self.timing.poll_interval
-                    claimed = self._write_and_claim()
-                    if self.burst and not claimed and not self.running and not self.outbox:
-                        break
+                    self._submit_pass()
                 failures = 0
             except DatabaseError as exc:
                 failures += 1
@@ -233,33 +246,6 @@ class Worker(GracefulStop):
                     self._on_database_error(exc, failures)
                 continue
             self.wake.wait(self._next_wait(next_poll))
-
-    def _write_and_claim(self) -> int:
-        """Write the waiting outcomes and lease jobs for the free slots in one transaction,
-        so that a loop pass costs one commit; return how many were leased."""
-        free = self.running.free_slots(
-            None if self.max_jobs is None else self.max_jobs - self.stats.claimed
-        )
-        leased = self.outbox.write_with(lambda: self._claim_free_slots(free))
-        for job in leased:
-            self._dispatch(job)
-        return len(leased)
-
-    def _claim_free_slots(self, free: Mapping[str, int]) -> list[Job]:
-        leased: list[Job] = []
-        for queue_name, slots in free.items():
-            jobs = claim(
-                queue=queue_name,
-                limit=slots,
-                node_id=self.node.pk,
-                lease_seconds=self.timing.lease_seconds,
-                limited=queue_name in self.limited_queues,
-                using=self.alias,
-            )
-            jobs.sort(key=lambda j: (-j.priority, j.available_at, j.pk))
-            leased += jobs
-            self.stats.claims += bool(jobs)
-        return leased
 
     def _dispatch(self, job: Job) -> None:
         running = Running.dispatched(job)
@@ -320,6 +306,8 @@ class Worker(GracefulStop):
             node, self.limited_queues = self.heartbeat.beat(
                 self.node, stopping=self.stopping, leases=leases
             )
+            # Claimed in transactions until the next beat, then seen afresh.
+            self.keyed_queues.clear()
             if node is not self.node:
                 self._use_node(node)
 
