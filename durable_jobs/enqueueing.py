@@ -11,7 +11,7 @@ import contextlib
 import datetime
 import itertools
 import logging
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -50,11 +50,30 @@ def build_job(
 ) -> Job:
     """An unsaved ``Job`` row for ``handler`` with ``payload`` and ``options`` applied."""
     now = now or timezone.now()
+    return _job_for(handler, payload, options, _fields_from_options(handler, options, now), now)
+
+
+def build_jobs(prepared: Sequence[PreparedJob], now: datetime.datetime) -> list[Job]:
+    """:func:`build_job` for each prepared job; what comes of the options alone (checked
+    and validated) is worked out once for each run of jobs sharing a handler and options,
+    as a list of ``handler.prepare(...)`` calls has."""
+    jobs = []
+    last: tuple[Any, Any, dict[str, Any]] | None = None
+    for p in prepared:
+        if last is None or last[0] is not p.handler or last[1] != p.options:
+            last = (p.handler, p.options, _fields_from_options(p.handler, p.options, now))
+        jobs.append(_job_for(p.handler, p.payload, p.options, last[2], now))
+    return jobs
+
+
+def _fields_from_options(
+    handler: JobHandler, options: EnqueueOptions, now: datetime.datetime
+) -> dict[str, Any]:
+    """A job's fields that follow from its handler and options, checked."""
     available_at = _available_at(handler.name, now, options)
-    key = options.idempotency_key
     with validate.refused_as(EnqueueError, handler.name):
-        if key is not None:
-            validate.key(key, "idempotency_key")
+        if options.idempotency_key is not None:
+            validate.key(options.idempotency_key, "idempotency_key")
         queue = handler.queue if options.queue is None else validate.queue_name(options.queue)
         priority = handler.priority if options.priority is None else options.priority
         priority = validate.priority(priority)
@@ -64,6 +83,37 @@ def build_job(
         if max_retries is None:
             max_retries = get_settings().default_max_retries
         max_retries = validate.retries(max_retries)
+    # Stored as JSON like the payload, with the same rules (a datetime would fail the insert
+    # with a bare TypeError; NUL text would abort PostgreSQL's transaction).
+    if options.meta is not None and not isinstance(options.meta, Mapping):
+        raise EnqueueError(
+            f"{handler.name}: meta must be a dict, not {type(options.meta).__name__}"
+        )
+    return {
+        "queue": queue,
+        "name": handler.name,
+        "state": State.QUEUED,
+        "priority": priority,
+        "max_retries": max_retries,
+        "timeout": handler.timeout,
+        "available_at": available_at,
+        "created_at": now,
+        "updated_at": now,
+        "meta": check_json(f"{handler.name} meta", dict(options.meta or {})),
+        "task": handler.task_fields(options),
+    }
+
+
+def _job_for(
+    handler: JobHandler,
+    payload: dict[str, Any],
+    options: EnqueueOptions,
+    fields: dict[str, Any],
+    now: datetime.datetime,
+) -> Job:
+    """The job of ``payload``, with ``fields`` from its options (its own copy of ``meta``:
+    enqueue hooks may add to one job's)."""
+    key = options.idempotency_key
     unique_states = ""
     if key is None and handler.unique is not None:
         # An explicit idempotency_key wins; it holds for the job's whole life.
@@ -73,32 +123,16 @@ def build_job(
         )
         unique_states = handler.unique.stored_states()
     concurrency_key = handler.key_for(payload)
-    # Stored as JSON like the payload, with the same rules (a datetime would fail the insert
-    # with a bare TypeError; NUL text would abort PostgreSQL's transaction).
-    if options.meta is not None and not isinstance(options.meta, Mapping):
-        raise EnqueueError(
-            f"{handler.name}: meta must be a dict, not {type(options.meta).__name__}"
-        )
-    meta = check_json(f"{handler.name} meta", dict(options.meta or {}))
-    return new_instance(
-        Job,
-        queue=queue,
-        name=handler.name,
-        payload=payload,
-        idempotency_key=key,
-        unique_states=unique_states,
-        concurrency_key=concurrency_key,
-        concurrency_limit=handler.concurrency_limit if concurrency_key else None,
-        state=State.QUEUED,
-        priority=priority,
-        max_retries=max_retries,
-        timeout=handler.timeout,
-        available_at=available_at,
-        created_at=now,
-        updated_at=now,
-        meta=meta,
-        task=handler.task_fields(options),
-    )
+    values = {
+        **fields,
+        "payload": payload,
+        "idempotency_key": key,
+        "unique_states": unique_states,
+        "concurrency_key": concurrency_key,
+        "concurrency_limit": handler.concurrency_limit if concurrency_key else None,
+        "meta": dict(fields["meta"]),
+    }
+    return new_instance(Job, **values)
 
 
 def enqueue_job(handler: JobHandler, payload: dict[str, Any], options: EnqueueOptions) -> Job:
@@ -169,15 +203,10 @@ def _insert_all(
             if missing
             else {}
         )
-        queues = sorted(
-            {
-                j.queue
-                for j, pk in zip(jobs, ids, strict=True)
-                if pk
-                and j.available_at <= now
-                and not wakeup.already_woken(engine.connection, j.queue)
-            }
-        )
+        inserted = (j for j, pk in zip(jobs, ids, strict=True) if pk)
+        available = {j.queue for j in inserted if j.available_at <= now}
+        connection = engine.connection
+        queues = sorted(q for q in available if not wakeup.already_woken(connection, q))
         if queues:
             engine.notify(queues)
     return ids, existing, queues
@@ -245,7 +274,7 @@ def insert_many(
     """
     engine = engine_for(using)
     now = timezone.now()
-    jobs = [build_job(p.handler, p.payload, p.options, now=now) for p in prepared]
+    jobs = build_jobs(prepared, now)
     for job in jobs:
         job.batch_id = batch_id
     with around_insert(jobs):

@@ -26,6 +26,9 @@ ConcurrencyKey = str | Callable[..., str | None]
 
 P = ParamSpec("P")
 R = TypeVar("R")
+#: At most this many sets of keyword names remembered per handler as binding (a handler
+#: taking ``**kwargs`` may see any number of them).
+BINDING_NAMES_KEPT = 64
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,6 +91,8 @@ class JobHandler(Generic[P, R]):
         self.takes_context = takes_context
         self.is_async = inspect.iscoroutinefunction(func)
         self.signature = payloads.parameters(func, takes_context=takes_context)
+        #: Sets of keyword names known to bind to the signature.
+        self._binding_names: set[frozenset[str]] = set()
         if unique is not None and not isinstance(unique, Unique):
             raise ValueError(f"@job(unique=...) of {self.name} takes durable_jobs.Unique(...)")
         if unique is not None:
@@ -184,7 +189,13 @@ class JobHandler(Generic[P, R]):
 
     def check_arguments(self, args: tuple, kwargs: Mapping[str, Any]) -> dict[str, Any]:
         """Validate a call's arguments and return them as a JSON payload."""
-        payloads.check_binds(self.name, self.signature, args, kwargs)
+        names = frozenset(kwargs)
+        if args or names not in self._binding_names:
+            payloads.check_binds(self.name, self.signature, args, kwargs)
+            # Binding depends on the names alone: a set of names that bound once always
+            # will (a bulk enqueue checks the signature once, not per job).
+            if len(self._binding_names) < BINDING_NAMES_KEPT:
+                self._binding_names.add(names)
         if self.takes_context and "context" in kwargs:
             # A handler's **kwargs would take it, then every attempt would fail: the
             # worker passes the JobContext under that name.

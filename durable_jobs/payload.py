@@ -10,6 +10,15 @@ from typing import Any
 from durable_jobs.exceptions import EnqueueError, PayloadMismatch
 from durable_jobs.validate import describe_unstorable, first_unstorable, text_problem
 
+#: Values whose JSON text is certain once first_unstorable has passed them (an int only
+#: up to 64 bits: a longer one may have no JSON text, see below).
+PLAIN_TYPES = frozenset({str, float, bool, type(None)})
+
+
+def _plain(value: Any) -> bool:
+    kind = type(value)
+    return kind in PLAIN_TYPES or (kind is int and -(2**63) <= value < 2**64)
+
 
 def check_json(handler_name: str, kwargs: Mapping[str, Any]) -> dict[str, Any]:
     """Return ``kwargs`` as a payload, or refuse values that don't survive JSON unchanged."""
@@ -26,8 +35,11 @@ def check_json(handler_name: str, kwargs: Mapping[str, Any]) -> dict[str, Any]:
                 f"{handler_name}: argument {where} is {describe_unstorable(bad)}. Job payloads are "
                 "stored as JSON and must come back unchanged."
             )
-    # A final round trip guards against subclasses with surprising JSON forms.
+    # A final round trip guards against subclasses with surprising JSON forms; plain
+    # values, the common case (ids, text), have none.
     payload = dict(kwargs)
+    if all(_plain(value) for value in payload.values()):
+        return payload
     try:
         same = json.loads(json.dumps(payload, allow_nan=False)) == payload
     except ValueError as exc:

@@ -45,15 +45,44 @@ def new_instance(model: type[M], **values: Any) -> M:
     defaults."""
     if _has_init_receivers(model):
         return model(**values)
+    fixed, made, names = _defaults(model)
+    if not names.issuperset(values):
+        raise TypeError(f"{model.__name__} has no fields {sorted(set(values) - names)}")
     instance = model.__new__(model)
     fields = instance.__dict__
-    for field in model._meta.concrete_fields:
-        name = field.attname
-        fields[name] = values.pop(name) if name in values else field.get_default()
-    if values:
-        raise TypeError(f"{model.__name__} has no fields {sorted(values)}")
+    fields.update(fixed)
+    fields.update(values)
+    for name, make in made:
+        if name not in values:
+            fields[name] = make()
     instance._state = ModelState()
     return instance
+
+
+@functools.cache
+def _defaults(
+    model: type[models.Model],
+) -> tuple[dict[str, Any], tuple[tuple[str, Callable[[], Any]], ...], frozenset[str]]:
+    """The model's field defaults for :func:`new_instance`: those that are one immutable
+    value, taken as they are, and those made anew for each row (a callable such as
+    ``timezone.now`` or ``dict``, or a value that could be mutated); and the field names."""
+    fixed: dict[str, Any] = {}
+    made: list[tuple[str, Callable[[], Any]]] = []
+    for field in model._meta.concrete_fields:
+        if field.has_default() and callable(field.default):
+            made.append((field.attname, field.get_default))
+            continue
+        value = field.get_default()
+        if _immutable(value):
+            fixed[field.attname] = value
+        else:
+            made.append((field.attname, field.get_default))
+    names = frozenset(field.attname for field in model._meta.concrete_fields)
+    return fixed, tuple(made), names
+
+
+def _immutable(value: Any) -> bool:
+    return value is None or isinstance(value, str | int | float | bool)
 
 
 def mark_saved(instance: models.Model, pk: int, alias: str) -> None:
