@@ -161,8 +161,10 @@ class Job(models.Model):
     payload = models.JSONField(
         _("payload"), default=dict, help_text=_("Keyword arguments for the handler.")
     )
-    idempotency_key = models.CharField(
-        _("idempotency key"), max_length=255, null=True, blank=True, unique=True
+    # NULL for no key. Unique by a constraint (Meta), not unique=True: that adds an index
+    # for LIKE, which no query uses and every write of every job pays for.
+    idempotency_key = models.CharField(  # noqa: DJ001
+        _("idempotency key"), max_length=255, null=True, blank=True
     )
     # For @job(unique=...): the states (",queued,leased,") in which the key holds. Leaving
     # them frees the key for a new job. Empty: the key holds for the job's lifetime.
@@ -193,8 +195,7 @@ class Job(models.Model):
     available_at = models.DateTimeField(_("available at"), default=timezone.now)
     attempted_at = models.DateTimeField(_("attempted at"), null=True, blank=True)
     lease_expires_at = models.DateTimeField(_("lease expires at"), null=True, blank=True)
-    # The node holding the current lease; cleared when the lease ends (see Attempt.node).
-    # No constraint in the database (migration 0012 says why): see lease_holder.
+    # The lease's node, cleared when it ends (see Attempt.node). No constraint: see 0012.
     leased_by = models.ForeignKey(
         Node,
         verbose_name=_("leased by"),
@@ -259,11 +260,11 @@ class Job(models.Model):
                 name="durable_job_leased_by_idx",
                 condition=Q(leased_by__isnull=False),
             ),
-            # Counting the leased holders of a concurrency key, inside the claim.
+            # The leased holders of a concurrency key, counted in the claim (keyed jobs only).
             PartialIndex(
                 fields=["concurrency_key"],
                 name="durable_job_key_idx",
-                condition=Q(state=State.LEASED),
+                condition=Q(state=State.LEASED, concurrency_key__isnull=False),
             ),
             # A batch's progress and completion check.
             PartialIndex(
@@ -280,6 +281,7 @@ class Job(models.Model):
             models.Index(fields=["created_at"], name="durable_job_created_idx"),
         ]
         constraints = [
+            models.UniqueConstraint(fields=["idempotency_key"], name="durable_job_idempotency_key"),
             models.CheckConstraint(
                 condition=Q(priority__gte=-100, priority__lte=100),
                 name="durable_job_priority_range",
