@@ -81,7 +81,7 @@ def measure(jobs: int, concurrency: int) -> dict[str, Any]:
     from benchmarks.benchapp.jobs import noop
     from durable_jobs.models import Attempt, Job
     from durable_jobs.worker import Worker
-    from durable_jobs.worker import worker as worker_module
+    from durable_jobs.worker import passes as passes_module
     from durable_jobs.worker.wakeups import LoopWake
 
     Attempt.objects.all().delete()
@@ -103,7 +103,7 @@ def measure(jobs: int, concurrency: int) -> dict[str, Any]:
 
     worker._write_pass = timers.wrap("database pass", timed_pass)  # type: ignore[method-assign]
     restore = [
-        patch_on_thread(worker_module, "settle_and_claim", "statements", pass_thread, timers),
+        patch_on_thread(passes_module, "settle_and_claim", "statements", pass_thread, timers),
         patch_on_thread(BaseDatabaseWrapper, "commit", "commit", pass_thread, timers),
         patch_on_thread(LoopWake, "wait", "loop waiting", {"id": threading.get_ident()}, timers),
     ]

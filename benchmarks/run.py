@@ -548,6 +548,7 @@ class Phase:
         rows = Job.objects.filter(pk__in=list(committed)).values_list(
             "pk", "result", "attempted_at"
         )
+        idle_write = self.idle_write_ms(count)
         latencies, to_claim, claim_to_start = [], [], []
         for pk, started, claimed in rows:
             # attempted_at is the time the claim began, on the worker's clock (the same one).
@@ -565,7 +566,26 @@ class Phase:
             "to_claim_p95_ms": percentile(to_claim, 95),
             "claim_to_start_p50_ms": percentile(claim_to_start, 50),
             "claim_to_start_p95_ms": percentile(claim_to_start, 95),
+            "idle_write_p50_ms": percentile(idle_write, 50),
         }
+
+    def idle_write_ms(self, count: int) -> list[float]:
+        """What a durable write costs the pickup, on this machine, now: a one-row update
+        committed in autocommit, each after the probes' idle spacing (client and server
+        asleep in between, as before a claim that picks a job up), in ms."""
+        from durable_jobs.models import Job
+
+        pk = Job.objects.values_list("pk", flat=True).first()
+        times = []
+        with self.connection.cursor() as cursor:
+            for _ in range(count):
+                time.sleep(self.rng.uniform(*LATENCY_SPACING))
+                started = time.perf_counter()
+                cursor.execute(
+                    f"UPDATE {self.job_table} SET priority = priority WHERE id = %s", [pk]
+                )
+                times.append((time.perf_counter() - started) * 1000)
+        return times
 
     def _listening(self) -> bool:
         with self.connection.cursor() as cursor:
