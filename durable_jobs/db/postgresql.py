@@ -218,7 +218,7 @@ class PostgreSQLEngine(Engine):
     def settle(self, settlements: Sequence[Settlement]) -> list[bool]:
         rows = outcome_rows.encode(settlements, outcome_rows.iso_time, str)
         ids = [settlement.job_id for settlement in settlements]
-        _, written = self.execute_prepared(settle_sql(), [rows, ids])
+        _, written = self.execute_prepared(settle_sql(), {"outcomes": rows, "settled": ids})
         return outcome_rows.mark_written(settlements, dict(written), self.alias)
 
     # -- wake-ups ---------------------------------------------------------------------------

@@ -19,106 +19,12 @@ from durable_jobs.db.engine import insert_fields
 from durable_jobs.lifecycle import sql
 from durable_jobs.models import Attempt, Job
 
-# The claim is one statement: the CTE picks and row-locks at most {limit} waiting jobs,
-# skipping rows other workers hold, and the UPDATE leases exactly those. Not ``UPDATE ...
-# WHERE id IN (SELECT ... LIMIT n)``: the planner may re-run that subquery as a join and
-# lease more rows than the LIMIT; a CTE is evaluated once.
-#
-# Picked jobs with a concurrency key come back still queued (and row-locked); they are
-# leased by LEASE_SQL once flow control has chosen those whose keys have room.
-CLAIM_SQL = """
-WITH picked AS (
-    SELECT id, concurrency_key
-    FROM {table} AS job
-    WHERE queue = %(queue)s
-      AND state IN ({sources})
-      AND available_at <= %(now)s
-      {guard}
-      {key_filter}
-    ORDER BY priority DESC, available_at, id
-    LIMIT {limit}
-    FOR UPDATE SKIP LOCKED
-),
-leased AS (
-    UPDATE {table} AS job
-    SET {lease_set}
-    FROM picked
-    WHERE job.id = picked.id AND picked.concurrency_key IS NULL
-    RETURNING job.*
-)
-SELECT * FROM leased
-UNION ALL
-SELECT job.* FROM {table} AS job JOIN picked ON job.id = picked.id
-WHERE picked.concurrency_key IS NOT NULL
-"""
-
-LEASE_SQL = """
-UPDATE {table} AS job
-SET {lease_set}
-WHERE job.id = ANY(%(ids)s)
-RETURNING job.*
-"""
-
-
-# A whole batch of outcomes in one statement; only the jobs the fenced UPDATE moved get
-# their attempt row, whose ids come back.
-#
-# Under a prepared statement's generic plan the jobs must be found by primary key: hence
-# the ids again as an array (the plan cannot see how few rows the JSON holds), and the
-# fence's state taken from the rows (``o.source``) rather than as the literal 'leased',
-# which would lead the planner to scan the partial index of leased jobs, dead entries
-# and all.
-SETTLE_SQL = """
-WITH outcome AS (
-    SELECT {fields} FROM jsonb_array_elements(%s::jsonb) AS r
-),
-settled AS (
-    UPDATE {job_table} AS job
-    SET {settle_set}
-    FROM outcome AS o
-    WHERE job.id = ANY(%s::bigint[])
-      AND job.id = o.job_id AND job.state = o.source AND job.lease_token = o.lease_token
-    RETURNING job.id
-),
-recorded AS (
-    INSERT INTO {attempt_table} ({attempt_columns})
-    SELECT {attempt_values} FROM outcome AS o JOIN settled ON settled.id = o.job_id
-    RETURNING job_id, id
-)
-SELECT job_id, id FROM recorded
-"""
-
-
-# One loop pass in one statement: SETTLE_SQL's outcome batch and CLAIM_SQL's pick and
-# lease of the slots it freed. Run in autocommit, a pass is one round trip and one commit.
-# Data-modifying CTEs all run, once, on one snapshot: the settle moves leased jobs and the
-# pick takes waiting ones, so the two never meet on a row (a snoozed job queued again
-# here is claimed by a later pass).
-#
-# Picked jobs with a concurrency key are not leased here: without a transaction around
-# it, their row locks end with the statement. Only their number comes back, and the
-# caller claims them (through flow control) in a transaction of its own.
-#
-# Whatever was leased, one row at least comes back, carrying the attempts recorded (the
-# ids of their jobs, and theirs) and the count of keyed picks; it has a NULL job id when
-# nothing was leased.
-PASS_SQL = """
-WITH outcome AS (
-    SELECT {fields} FROM jsonb_array_elements(%(outcomes)s::jsonb) AS r
-),
-settled AS (
-    UPDATE {table} AS job
-    SET {settle_set}
-    FROM outcome AS o
-    WHERE job.id = ANY(%(settled)s::bigint[])
-      AND job.id = o.job_id AND job.state = o.source AND job.lease_token = o.lease_token
-    RETURNING job.id
-),
-recorded AS (
-    INSERT INTO {attempt_table} ({attempt_columns})
-    SELECT {attempt_values} FROM outcome AS o JOIN settled ON settled.id = o.job_id
-    RETURNING job_id, id
-),
+# The claim: ``picked`` selects and row-locks at most {limit} waiting jobs, skipping rows
+# other workers hold, and ``leased`` leases exactly those. Not ``UPDATE ... WHERE id IN
+# (SELECT ... LIMIT n)``: the planner may re-run that subquery as a join and lease more
+# rows than the LIMIT; a CTE is evaluated once. Picked jobs with a concurrency key are
+# left to flow control, which chooses those whose keys have room.
+CLAIM_CTES = """
 picked AS (
     SELECT id, concurrency_key
     FROM {table} AS job
@@ -138,6 +44,73 @@ leased AS (
     WHERE job.id = picked.id AND picked.concurrency_key IS NULL
     RETURNING job.*
 )
+"""
+
+# A whole batch of outcomes: only the jobs the fenced UPDATE moved get their attempt row,
+# whose ids come back.
+#
+# Under a prepared statement's generic plan the jobs must be found by primary key: hence
+# the ids again as an array (the plan cannot see how few rows the JSON holds), and the
+# fence's state taken from the rows (``o.source``) rather than as the literal 'leased',
+# which would lead the planner to scan the partial index of leased jobs, dead entries
+# and all.
+OUTCOME_CTES = """
+outcome AS (
+    SELECT {fields} FROM jsonb_array_elements(%(outcomes)s::jsonb) AS r
+),
+settled AS (
+    UPDATE {table} AS job
+    SET {settle_set}
+    FROM outcome AS o
+    WHERE job.id = ANY(%(settled)s::bigint[])
+      AND job.id = o.job_id AND job.state = o.source AND job.lease_token = o.lease_token
+    RETURNING job.id
+),
+recorded AS (
+    INSERT INTO {attempt_table} ({attempt_columns})
+    SELECT {attempt_values} FROM outcome AS o JOIN settled ON settled.id = o.job_id
+    RETURNING job_id, id
+)
+"""
+
+# The claim, in the caller's transaction: picked jobs with a concurrency key come back
+# still queued (and row-locked); LEASE_SQL leases those flow control chose.
+CLAIM_SQL = f"""
+WITH {CLAIM_CTES}
+SELECT * FROM leased
+UNION ALL
+SELECT job.* FROM {{table}} AS job JOIN picked ON job.id = picked.id
+WHERE picked.concurrency_key IS NOT NULL
+"""
+
+LEASE_SQL = """
+UPDATE {table} AS job
+SET {lease_set}
+WHERE job.id = ANY(%(ids)s)
+RETURNING job.*
+"""
+
+SETTLE_SQL = f"""
+WITH {OUTCOME_CTES}
+SELECT job_id, id FROM recorded
+"""
+
+# One loop pass in one statement: the outcome batch and the claim of the slots it freed.
+# Run in autocommit, a pass is one round trip and one commit. Data-modifying CTEs all run,
+# once, on one snapshot: the settle moves leased jobs and the pick takes waiting ones, so
+# the two never meet on a row (a snoozed job queued again here is claimed by a later
+# pass).
+#
+# Picked jobs with a concurrency key are not leased here: without a transaction around
+# it, their row locks end with the statement. Only their number comes back, and the
+# caller claims them (through flow control) in a transaction of its own.
+#
+# Whatever was leased, one row at least comes back, carrying the attempts recorded (the
+# ids of their jobs, and theirs) and the count of keyed picks; it has a NULL job id when
+# nothing was leased.
+PASS_SQL = f"""
+WITH {OUTCOME_CTES},
+{CLAIM_CTES}
 SELECT leased.*, recorded.jobs AS recorded_jobs, recorded.attempts AS recorded_attempts,
     keyed.picks AS keyed_picks
 FROM (SELECT array_agg(job_id) AS jobs, array_agg(id) AS attempts FROM recorded) AS recorded
@@ -153,7 +126,7 @@ def quote(name: str) -> str:
 
 @functools.cache
 def settle_sql() -> str:
-    return SETTLE_SQL.format(**_settle_parts(), job_table=quote(Job._meta.db_table))
+    return SETTLE_SQL.format(**_settle_parts(), table=quote(Job._meta.db_table))
 
 
 @functools.cache
