@@ -177,3 +177,19 @@ def test_the_pass_thread_stops_with_the_worker() -> None:
     assert worker.stats.outcomes == {"completed": 20}
     left = {t.name for t in threading.enumerate()} - before
     assert not [name for name in left if name.endswith("-passes")], left
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's kept cursor")
+def test_the_statements_cursor_follows_its_connection_across_a_reconnect() -> None:
+    """The engine keeps one psycopg cursor per connection for its statements: a closed
+    and reopened connection gets a new one, and timestamps still come back in Django's
+    zone."""
+    engine = engine_for()
+    jobs.add.delay(a=1)
+    first = engine.execute_prepared("SELECT now()", [])[1][0][0]
+    connection.close()
+    jobs.add.delay(a=2)
+    second = engine.execute_prepared("SELECT now()", [])[1][0][0]
+    assert second >= first
+    assert second.utcoffset().total_seconds() == 0
+    assert len(one_pass([], 2)[1]) == 2

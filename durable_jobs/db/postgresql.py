@@ -283,19 +283,31 @@ class PostgreSQLEngine(Engine):
         """A psycopg cursor on this thread's connection, under Django's error wrapping and
         query log (DEBUG pages, assertNumQueries and CaptureQueriesContext see what runs
         on it, as ``logged_as``)."""
-        import psycopg
-
         wrapper: Any = self.connection
         wrapper.close_if_health_check_failed()
         wrapper.ensure_connection()
         wrapper.validate_no_broken_transaction()
         started = time.monotonic()
-        with wrapper.wrap_database_errors, psycopg.Cursor(wrapper.connection) as cursor:
-            self._match_time_zone(cursor)
-            yield cursor
+        with wrapper.wrap_database_errors:
+            yield self._cursor_of(wrapper)
         if wrapper.queries_logged:
             elapsed = time.monotonic() - started
             wrapper.queries_log.append({"sql": logged_as, "time": f"{elapsed:.3f}"})
+
+    def _cursor_of(self, wrapper: Any) -> Any:
+        """This connection's psycopg cursor for our statements, kept with it: a cursor
+        made per statement, with its own copy of the loaders, cost more than some of the
+        statements it ran."""
+        import psycopg
+
+        kept = getattr(wrapper, "_durable_jobs_cursor", None)
+        zone = wrapper.timezone_name
+        if kept is not None and kept[0] is wrapper.connection and kept[1] == zone:
+            return kept[2]
+        cursor = psycopg.Cursor(wrapper.connection)
+        self._match_time_zone(cursor)
+        wrapper._durable_jobs_cursor = (wrapper.connection, zone, cursor)
+        return cursor
 
     def _match_time_zone(self, cursor: Any) -> None:
         # Timestamps in the time zone Django expects. Django's own loader (registered on
