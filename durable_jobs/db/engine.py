@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import abc
 import contextlib
-import functools
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
@@ -31,8 +30,9 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import signals as model_signals
 from django.utils import timezone
 
-from durable_jobs.db import percentiles, rows
+from durable_jobs.db import inserts, percentiles, rows
 from durable_jobs.db.contract import ChooseKeyed, ClaimRequest, Listener, PassWrites
+from durable_jobs.db.inserts import insert_fields
 from durable_jobs.lifecycle.sql import LEASED, state_list
 from durable_jobs.lifecycle.states import CLAIMABLE, FINAL, State
 from durable_jobs.models import Attempt, Job, JobRequest, Node, Queue
@@ -60,12 +60,6 @@ def _plain_delete_is_enough() -> bool:
     return dependents <= {Attempt, JobRequest} and not any(
         signal.has_listeners(Job) for signal in signals
     )
-
-
-@functools.cache
-def insert_fields() -> tuple[Any, ...]:
-    """The Job fields an INSERT writes (all but the primary key), in a fixed order."""
-    return tuple(f for f in Job._meta.concrete_fields if not f.primary_key and f.column)
 
 
 class Engine(abc.ABC):
@@ -383,14 +377,7 @@ class Engine(abc.ABC):
 
     def insert_sql(self, rows: int = 1) -> str:
         """A multi-row ``INSERT ... ON CONFLICT DO NOTHING`` of :func:`insert_fields`."""
-        qn = self.connection.ops.quote_name
-        columns = [field.column for field in insert_fields()]
-        placeholders = ", ".join([f"({', '.join(['%s'] * len(columns))})"] * rows)
-        return (
-            f"INSERT INTO {qn(Job._meta.db_table)} ({', '.join(qn(c) for c in columns)}) "
-            f"VALUES {placeholders} ON CONFLICT ({qn('idempotency_key')}) DO NOTHING "
-            f"RETURNING {qn('id')}, {qn('idempotency_key')}"
-        )
+        return inserts.insert_sql(rows)
 
 
 @contextlib.contextmanager

@@ -33,7 +33,8 @@ from django.db import DataError, transaction
 
 from durable_jobs.db import mysql_checks, named_locks, outcome_rows
 from durable_jobs.db.contract import ChooseKeyed, ClaimRequest
-from durable_jobs.db.engine import Engine, insert_fields
+from durable_jobs.db.engine import Engine
+from durable_jobs.db.inserts import insert_fields
 from durable_jobs.lifecycle import sql
 from durable_jobs.models import Attempt, Job
 

@@ -20,7 +20,7 @@ import operator
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from durable_jobs.db.engine import insert_fields
+from durable_jobs.db.inserts import insert_fields
 from durable_jobs.db.postgresql_sql import json_text, quote
 from durable_jobs.models import Job
 

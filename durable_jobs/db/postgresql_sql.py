@@ -15,7 +15,7 @@ from typing import Any
 from django.db import connections
 
 from durable_jobs.db import outcome_rows
-from durable_jobs.db.engine import insert_fields
+from durable_jobs.db.inserts import insert_fields
 from durable_jobs.lifecycle import sql
 from durable_jobs.models import Attempt, Job
 
@@ -190,6 +190,16 @@ def _text_or_none(value: Any) -> str | None:
     return None if value is None else str(value)
 
 
+def notifying(insert: str, notify: bool) -> str:
+    """``insert`` (one returning the new rows' ids), with ``notify`` also sending
+    ``pg_notify(%s, %s)`` if a row was inserted."""
+    if not notify:
+        return insert
+    # NOTIFY inside the transaction is delivered only if it commits, so a rolled back
+    # enqueue wakes nobody; one round trip does both.
+    return f"WITH inserted AS ({insert}) SELECT id, pg_notify(%s, %s) FROM inserted"
+
+
 @functools.cache
 def insert_json_sql(alias: str, *, notify: bool) -> str:
     """INSERT of the Job rows in a JSON array (see ``insert_rows``), in array order; with
@@ -201,8 +211,4 @@ def insert_json_sql(alias: str, *, notify: bool) -> str:
         f"SELECT {values} FROM jsonb_array_elements(%s::jsonb) WITH ORDINALITY AS e(r, n) "
         'ORDER BY n ON CONFLICT ("idempotency_key") DO NOTHING RETURNING "id", "idempotency_key"'
     )
-    if not notify:
-        return insert
-    # NOTIFY inside the transaction is delivered only if it commits, so a rolled back
-    # enqueue wakes nobody; one round trip does both.
-    return f"WITH inserted AS ({insert}) SELECT id, pg_notify(%s, %s) FROM inserted"
+    return notifying(insert, notify)

@@ -23,7 +23,8 @@ from django.utils import timezone
 from durable_jobs.conf import get_settings
 from durable_jobs.db import outcome_rows
 from durable_jobs.db.contract import ChooseKeyed, ClaimRequest
-from durable_jobs.db.engine import Engine, insert_fields
+from durable_jobs.db.engine import Engine
+from durable_jobs.db.inserts import insert_fields
 from durable_jobs.lifecycle import sql
 from durable_jobs.lifecycle.states import CLAIMABLE
 from durable_jobs.models import Attempt, Job
