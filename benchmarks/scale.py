@@ -223,7 +223,9 @@ def claim_index_name() -> str:
     from durable_jobs.models import Job
 
     for index in Job._meta.indexes:
-        if index.fields and index.fields[0] == "queue" and index.condition is not None:
+        # PartialIndex keeps its condition apart (see durable_jobs.indexes).
+        condition = getattr(index, "partial_condition", index.condition)
+        if index.fields and index.fields[0] == "queue" and condition is not None:
             return str(index.name)
     raise SystemExit("the job model has no partial index starting with the queue")
 
@@ -250,9 +252,10 @@ def fill_history(finished: int) -> float:
 
 
 def claim_statement() -> tuple[str, dict[str, Any]]:
-    """The claim statement of a worker's queue, and its parameters, as durable_jobs' own
-    PostgreSQL engine builds them (an unlimited queue's claim is guarded: it leases
-    nothing if the queue is paused or limited)."""
+    """The claim a worker's loop pass sends for its queue, and its parameters, as
+    durable_jobs' own PostgreSQL engine builds them: the pass statement with no outcome
+    to write (an unlimited queue's claim is guarded: it leases nothing if the queue is
+    paused or limited)."""
     from django.db import connection
 
     from durable_jobs.conf import get_settings
@@ -266,7 +269,8 @@ def claim_statement() -> tuple[str, dict[str, Any]]:
         node_id=None,
         lease_seconds=get_settings().lease_seconds,
     )
-    return engine.claim_statement(request, guarded=True)
+    statement, params = engine.pass_statement([], request)
+    return statement, params
 
 
 def numbered(sql: str, params: dict[str, Any]) -> tuple[str, list[Any]]:

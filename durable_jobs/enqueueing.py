@@ -60,7 +60,11 @@ def build_jobs(prepared: Sequence[PreparedJob], now: datetime.datetime) -> list[
     jobs = []
     last: tuple[Any, Any, dict[str, Any]] | None = None
     for p in prepared:
-        if last is None or last[0] is not p.handler or last[1] != p.options:
+        if (
+            last is None
+            or last[0] is not p.handler
+            or (last[1] is not p.options and last[1] != p.options)
+        ):
             last = (p.handler, p.options, _fields_from_options(p.handler, p.options, now))
         jobs.append(_job_for(p.handler, p.payload, p.options, last[2], now))
     return jobs

@@ -47,6 +47,10 @@ class EnqueueOptions:
     unique_scope: str | None = None
 
 
+#: The options of a plain ``handler.prepare()`` (frozen: one instance serves them all).
+NO_OPTIONS = EnqueueOptions()
+
+
 class JobHandler(Generic[P, R]):
     """A registered job handler. Call it to run in-process; ``.delay()`` to enqueue."""
 
@@ -158,7 +162,7 @@ class JobHandler(Generic[P, R]):
 
     def prepare(self, *args: P.args, **kwargs: P.kwargs) -> PreparedJob:
         """A checked enqueue that has not happened yet, for ``enqueue_many`` and ``Batch``."""
-        return ConfiguredJob(self, EnqueueOptions()).prepare(*args, **kwargs)
+        return PreparedJob(self, self.check_arguments(args, kwargs), NO_OPTIONS)
 
     def key_for(self, payload: Mapping[str, Any]) -> str | None:
         """This job's concurrency key for ``payload`` (None when it has none)."""

@@ -122,18 +122,20 @@ class Engine(abc.ABC):
         """
         if not jobs:
             return []
-        # Keyed rows go in key order: two bulk inserts that share keys then wait on each
-        # other's keys in the same order, instead of deadlocking.
-        order = sorted(
-            range(len(jobs)),
-            key=lambda i: (jobs[i].idempotency_key is None, jobs[i].idempotency_key or "", i),
-        )
+        # Keyed rows first, in key order: two bulk inserts that share keys then wait on
+        # each other's keys in the same order, instead of deadlocking.
+        keyed = [i for i, job in enumerate(jobs) if job.idempotency_key is not None]
+        keyed.sort(key=lambda i: (jobs[i].idempotency_key, i))
+        order = keyed + [i for i, job in enumerate(jobs) if job.idempotency_key is None]
         in_order = [jobs[i] for i in order]
         per_statement = self.rows_per_insert()
         ids: list[int | None] = []
         for start in range(0, len(in_order), per_statement):
             chunk = in_order[start : start + per_statement]
             returned = self.insert_rows(chunk)
+            if len(returned) == len(chunk):  # every row went in (as keyless rows do)
+                ids += [int(row[0]) for row in returned]
+                continue
             position = 0
             for job in chunk:
                 if position < len(returned) and returned[position][1] == job.idempotency_key:

@@ -168,6 +168,19 @@ class PostgreSQLEngine(Engine):
         statement = CLAIM_SQL.format(**parts, lease_set=sql.lease_set("job."))
         return statement, self.claim_params(request)
 
+    def pass_statement(
+        self, settlements: Sequence[Settlement], request: ClaimRequest
+    ) -> tuple[str, dict[str, Any]]:
+        """A pass's text and parameters (``benchmarks/scale.py`` EXPLAINs them too)."""
+        statement = self._pass_statements.get(request.limit)
+        if statement is None:
+            parts = tuple(self.claim_parts(request, guarded=True).items())
+            statement = self._pass_statements[request.limit] = pass_sql(parts)
+        params = self.claim_params(request)
+        params["outcomes"] = outcome_rows.encode(settlements, outcome_rows.iso_time, str)
+        params["settled"] = [settlement.job_id for settlement in settlements]
+        return statement, params
+
     def lock_keys(self, keys: Sequence[str]) -> None:
         advisory.lock_for_transaction(self.connection, keys)
 
@@ -196,14 +209,7 @@ class PostgreSQLEngine(Engine):
         *,
         choose_keyed: ChooseKeyed,
     ) -> PassWrites:
-        statement = self._pass_statements.get(request.limit)
-        if statement is None:
-            parts = tuple(self.claim_parts(request, guarded=True).items())
-            statement = self._pass_statements[request.limit] = pass_sql(parts)
-        params = self.claim_params(request)
-        params["outcomes"] = outcome_rows.encode(settlements, outcome_rows.iso_time, str)
-        params["settled"] = [settlement.job_id for settlement in settlements]
-        layout, found = self.execute_prepared(statement, params)
+        layout, found = self.execute_prepared(*self.pass_statement(settlements, request))
         first = dict(zip(layout, found[0], strict=True))
         recorded = zip(first["recorded_jobs"] or (), first["recorded_attempts"] or (), strict=True)
         written = outcome_rows.mark_written(settlements, dict(recorded), self.alias)
