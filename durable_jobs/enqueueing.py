@@ -22,7 +22,7 @@ from durable_jobs import hooks, signals, validate, wakeup
 from durable_jobs.conf import get_settings
 from durable_jobs.db import engine_for
 from durable_jobs.db.engine import Engine
-from durable_jobs.db.rows import mark_saved, new_instance
+from durable_jobs.db.rows import instance_maker, mark_saved, new_instance
 from durable_jobs.exceptions import EnqueueError
 from durable_jobs.lifecycle.states import State
 from durable_jobs.logging import log_event
@@ -50,14 +50,16 @@ def build_job(
 ) -> Job:
     """An unsaved ``Job`` row for ``handler`` with ``payload`` and ``options`` applied."""
     now = now or timezone.now()
-    return _job_for(handler, payload, options, _fields_from_options(handler, options, now), now)
+    fields = _fields_from_options(handler, options, now)
+    return new_instance(Job, **_values_for(handler, payload, options, fields, now))
 
 
 def build_jobs(prepared: Sequence[PreparedJob], now: datetime.datetime) -> list[Job]:
     """:func:`build_job` for each prepared job; what comes of the options alone (checked
     and validated) is worked out once for each run of jobs sharing a handler and options,
     as a list of ``handler.prepare(...)`` calls has."""
-    jobs = []
+    jobs: list[Job] = []
+    make: Callable[[dict[str, Any]], Job] | None = None
     last: tuple[Any, Any, dict[str, Any]] | None = None
     for p in prepared:
         if (
@@ -66,7 +68,10 @@ def build_jobs(prepared: Sequence[PreparedJob], now: datetime.datetime) -> list[
             or (last[1] is not p.options and last[1] != p.options)
         ):
             last = (p.handler, p.options, _fields_from_options(p.handler, p.options, now))
-        jobs.append(_job_for(p.handler, p.payload, p.options, last[2], now))
+        values = _values_for(p.handler, p.payload, p.options, last[2], now)
+        if make is None:  # every job's values name the same fields
+            make = instance_maker(Job, values)
+        jobs.append(make(values))
     return jobs
 
 
@@ -108,15 +113,15 @@ def _fields_from_options(
     }
 
 
-def _job_for(
+def _values_for(
     handler: JobHandler,
     payload: dict[str, Any],
     options: EnqueueOptions,
     fields: dict[str, Any],
     now: datetime.datetime,
-) -> Job:
-    """The job of ``payload``, with ``fields`` from its options (its own copy of ``meta``:
-    enqueue hooks may add to one job's)."""
+) -> dict[str, Any]:
+    """The field values of the job of ``payload``, with ``fields`` from its options (its
+    own copy of ``meta``: enqueue hooks may add to one job's)."""
     key = options.idempotency_key
     unique_states = ""
     if key is None and handler.unique is not None:
@@ -127,7 +132,7 @@ def _job_for(
         )
         unique_states = handler.unique.stored_states()
     concurrency_key = handler.key_for(payload)
-    values = {
+    return {
         **fields,
         "payload": payload,
         "idempotency_key": key,
@@ -136,7 +141,6 @@ def _job_for(
         "concurrency_limit": handler.concurrency_limit if concurrency_key else None,
         "meta": dict(fields["meta"]),
     }
-    return new_instance(Job, **values)
 
 
 def enqueue_job(handler: JobHandler, payload: dict[str, Any], options: EnqueueOptions) -> Job:

@@ -10,6 +10,7 @@ from collections import Counter
 
 import pytest
 from django.db import connections, transaction
+from django.db.models.signals import post_init
 
 import durable_jobs
 from durable_jobs.db import postgresql_copy
@@ -53,6 +54,46 @@ def test_many_keyless_jobs_keep_their_order_ids_and_values() -> None:
     rows = Job.objects.filter(pk__in=ids)
     assert rows.filter(state=State.QUEUED, meta={}, result__isnull=True).count() == MANY
     assert rows.filter(task__isnull=True, idempotency_key__isnull=True).count() == MANY
+
+
+def test_bulk_jobs_are_the_rows_a_single_enqueue_makes() -> None:
+    """The bulk path builds its rows with the checks and defaults worked out once per
+    run of jobs; each row must still be what ``.delay()`` writes, field for field, with
+    a ``meta`` of its own."""
+    options = jobs.add.using(queue="bulk", priority=3, max_retries=2, meta={"by": "bulk"})
+    single = options.delay(a=-1)
+    made = durable_jobs.enqueue_many(options.prepare(a=i) for i in range(MANY))
+    made[0].meta["touched"] = True  # one job's meta is not another's
+    assert made[1].meta == {"by": "bulk"}
+    skip = {"id", "payload", "created_at", "updated_at", "available_at"}
+
+    def fields(job: Job) -> dict[str, object]:
+        return {
+            f.attname: getattr(job, f.attname)
+            for f in Job._meta.concrete_fields
+            if f.attname not in skip
+        }
+
+    stored = {job.pk: job for job in Job.objects.all()}
+    for job in made:
+        assert fields(job) == {**fields(single), "meta": job.meta}
+        assert fields(stored[job.pk]) == fields(stored[single.pk])
+        assert not job._state.adding
+
+
+def test_bulk_jobs_are_built_by_the_models_constructor_for_init_receivers() -> None:
+    seen: list[Job] = []
+
+    def record(sender: type[Job], instance: Job, **kwargs: object) -> None:
+        seen.append(instance)
+
+    post_init.connect(record, sender=Job)
+    try:
+        made = durable_jobs.enqueue_many(jobs.add.prepare(a=i) for i in range(MANY))
+    finally:
+        post_init.disconnect(record, sender=Job)
+    assert {id(job) for job in made} <= {id(job) for job in seen}
+    assert [job.payload for job in made] == [{"a": i} for i in range(MANY)]
 
 
 def test_many_keyed_jobs_skip_taken_and_repeated_keys() -> None:

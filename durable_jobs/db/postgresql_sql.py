@@ -182,8 +182,16 @@ def as_is(value: Any) -> Any:
     return value
 
 
+#: ``json.dumps`` with its default options, without its per-call checks of them.
+_encode_json = json.JSONEncoder().encode
+
+
 def json_text(value: Any) -> str | None:
-    return None if value is None else json.dumps(value)
+    if value is None:
+        return None
+    if not value and type(value) is dict:  # the usual meta: skip the encoder's set-up
+        return "{}"
+    return _encode_json(value)
 
 
 def _text_or_none(value: Any) -> str | None:
