@@ -7,9 +7,12 @@ from __future__ import annotations
 import itertools
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
+from django.conf import settings as django_settings
 from django.db import connection
+from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 
 import durable_jobs
@@ -20,8 +23,13 @@ from durable_jobs.lifecycle.transitions import settle_and_claim
 from durable_jobs.maintenance.rescuer import rescue_expired
 from durable_jobs.models import Attempt, Job, Node, Outcome
 from durable_jobs.states import State, claim
-from durable_jobs.worker import Worker
+from durable_jobs.worker import Worker, outbox
+from durable_jobs.worker import passes as worker_passes
 from durable_jobs.worker.execute import execute
+from durable_jobs.worker.node import register_node
+from durable_jobs.worker.passes import PassThread
+from durable_jobs.worker.running import Running
+from tests.conftest import wait_for
 from tests.testapp import jobs
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -193,3 +201,74 @@ def test_the_statements_cursor_follows_its_connection_across_a_reconnect() -> No
     assert second >= first
     assert second.utcoffset().total_seconds() == 0
     assert len(one_pass([], 2)[1]) == 2
+
+
+def test_a_pass_claims_nothing_while_outcomes_beyond_its_batch_still_hold_leases() -> None:
+    """A worker whose finished jobs outnumber one pass's outcome batch (the outbox's
+    BATCH) writes the rest in a later pass: until then their jobs hold leases, so no pass
+    claims their slots, and the node never holds more leases than its concurrency."""
+    concurrency = outbox.BATCH + 1
+    durable_jobs.enqueue_many([jobs.add.prepare(a=i) for i in range(2 * concurrency)])
+    worker = Worker({"default": concurrency}, scheduler=False)
+    worker.node = register_node(
+        worker.queues, name="many-slots", using=worker.alias, stale_after=30
+    )
+    worker.passes = PassThread(worker._write_pass, lambda: None, name="many-slots-passes")
+    try:
+        leased = claim(queue="default", limit=concurrency, node_id=worker.node.pk, lease_seconds=60)
+        for job in leased:
+            worker.outbox.add(outcomes.decide(execute(job), node="many-slots"))
+        assert worker._free_slots() == {"default": concurrency}
+        held = []
+        while worker.outbox or not held:
+            assert worker._submit_pass()
+            finished = worker.passes.wait(60)
+            assert finished is not None
+            assert finished.error is None
+            held.append(Job.objects.filter(state=State.LEASED, leased_by=worker.node).count())
+            for job in finished.leased:
+                worker.running.add(Running.dispatched(job))
+        assert max(held) <= concurrency, held
+        # The last pass wrote the rest and claimed every slot.
+        assert held[-1] == concurrency
+        assert Job.objects.filter(state=State.COMPLETED).count() == concurrency
+    finally:
+        worker.passes.stop(10)
+
+
+def test_a_wake_up_during_a_pass_is_kept_for_the_pass_after_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An enqueue whose wake-up arrives while a pass is in flight is claimed by the next
+    pass, not left for the next poll or the next finished job: with two slots and one
+    long job running, the second job starts while the first still runs."""
+    in_flight, second_enqueued = threading.Event(), threading.Event()
+    hold_next = threading.Event()
+    real_settle_and_claim = worker_passes.settle_and_claim
+
+    def pass_held_open(*args: Any, **kwargs: Any) -> Any:
+        writes = real_settle_and_claim(*args, **kwargs)
+        if hold_next.is_set() and writes.leased:
+            hold_next.clear()
+            in_flight.set()
+            second_enqueued.wait(10)  # the pass is still in flight when the wake-up comes
+        return writes
+
+    monkeypatch.setattr(worker_passes, "settle_and_claim", pass_held_open)
+    settings = {**django_settings.DURABLE_JOBS, "POLL_INTERVAL": 30}
+    with override_settings(DURABLE_JOBS=settings):
+        worker = Worker({"default": 2}, scheduler=False)
+        thread = worker.start()
+        try:
+            hold_next.set()
+            first = jobs.sleepy.delay(seconds=3)
+            assert in_flight.wait(10)
+            second = jobs.add.delay(a=1)
+            second_enqueued.set()
+            wait_for(lambda: Job.objects.get(pk=second.pk).state == State.COMPLETED, timeout=10)
+            first_row, second_row = Job.objects.get(pk=first.pk), Job.objects.get(pk=second.pk)
+            assert first_row.attempted_at is not None
+            assert first_row.finished_at is None or second_row.attempted_at < first_row.finished_at
+        finally:
+            worker.stop()
+            thread.join(20)

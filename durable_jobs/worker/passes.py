@@ -157,8 +157,14 @@ class LoopPasses:
         free = self._free_slots()
         if not free and not self.outbox:
             return False
+        outcomes = self.outbox.take()
+        if self.outbox:
+            # More outcomes wait than one pass writes: their jobs still hold leases until
+            # a later pass writes them, so this one claims nothing (claiming their slots
+            # now would hold more leases than the worker's concurrency).
+            free = {}
         work = Pass(
-            self.outbox.take(),
+            outcomes,
             free,
             node_id=self.node.pk,
             limited=frozenset(self.limited_queues),

@@ -100,6 +100,9 @@ class Worker(LoopPasses, GracefulStop):
         #: What stopped the worker, if it failed (a thread's or a maintenance service's).
         self.failure: BaseException | None = None
         self.wake = LoopWake()
+        #: A wake-up that came while a pass was in flight, kept for the pass after it: the
+        #: pass in flight may have picked its jobs before they were committed.
+        self.wake_waiting = False
         self.running = RunningJobs(self.queues, self.wake)
         self.outbox = Outbox(self.engine, self.stats)
         self.heartbeat = Heartbeat(
@@ -214,7 +217,7 @@ class Worker(LoopPasses, GracefulStop):
         failures = 0
         next_poll = 0.0
         while not self.stopping:
-            new_work = self.wake.take()
+            new_work = self.wake.take() or self.wake_waiting
             try:
                 self._collect_results()
                 finished = self._take_pass()
@@ -234,9 +237,10 @@ class Worker(LoopPasses, GracefulStop):
                 # job alone leaves its slot for a moment, so that each pass takes a batch.
                 assert self.changes is not None
                 poll_due = time.monotonic() >= next_poll or self.changes.changed()
-                if not self.passes.busy and (
-                    new_work or poll_due or outcomes_due or (self.burst and not self.outbox)
-                ):
+                if self.passes.busy:
+                    self.wake_waiting = new_work
+                elif new_work or poll_due or outcomes_due or (self.burst and not self.outbox):
+                    self.wake_waiting = False
                     next_poll = time.monotonic() + self.timing.poll_interval
                     self._submit_pass()
                 failures = 0
