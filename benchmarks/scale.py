@@ -269,8 +269,7 @@ def claim_statement() -> tuple[str, dict[str, Any]]:
         node_id=None,
         lease_seconds=get_settings().lease_seconds,
     )
-    statement, params = engine.pass_statement([], request)
-    return statement, params
+    return engine.pass_statement([], request)
 
 
 def numbered(sql: str, params: dict[str, Any]) -> tuple[str, list[Any]]:

@@ -35,9 +35,9 @@ from tests.testapp import jobs
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def run_claimed(limit: int) -> list[outcomes.Settlement]:
+def run_claimed(limit: int, node_id: int | None = None) -> list[outcomes.Settlement]:
     """Claim ``limit`` jobs and run them here: their outcomes, not yet written."""
-    leased = claim(queue="default", limit=limit, node_id=None, lease_seconds=60)
+    leased = claim(queue="default", limit=limit, node_id=node_id, lease_seconds=60)
     return [outcomes.decide(execute(job), node="n") for job in leased]
 
 
@@ -215,9 +215,8 @@ def test_a_pass_claims_nothing_while_outcomes_beyond_its_batch_still_hold_leases
     )
     worker.passes = PassThread(worker._write_pass, lambda: None, name="many-slots-passes")
     try:
-        leased = claim(queue="default", limit=concurrency, node_id=worker.node.pk, lease_seconds=60)
-        for job in leased:
-            worker.outbox.add(outcomes.decide(execute(job), node="many-slots"))
+        for settlement in run_claimed(concurrency, node_id=worker.node.pk):
+            worker.outbox.add(settlement)
         assert worker._free_slots() == {"default": concurrency}
         held = []
         while worker.outbox or not held:
