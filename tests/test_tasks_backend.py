@@ -109,11 +109,38 @@ def test_constructing_the_backend_imports_no_model() -> None:
         "    or m == 'django.contrib.contenttypes.models')\n"
         "print('models:', loaded)\n"
     )
+    assert run_python(code) == "models: []"
+
+
+def test_a_process_that_runs_no_task_does_not_import_the_tasks_integration() -> None:
+    """Start-up: the finish hook that sends ``task_finished`` is installed when the app is
+    ready, and imports the Tasks framework's side of durable_jobs on a task's end only."""
+    code = (
+        "import sys, django\n"
+        "from django.conf import settings\n"
+        "settings.configure(INSTALLED_APPS=['durable_jobs'], USE_TZ=True,\n"
+        "    DATABASES={'default': {'ENGINE': 'django.db.backends.sqlite3', 'NAME': ':memory:'}})\n"
+        "django.setup()\n"
+        "from durable_jobs import hooks\n"
+        "from durable_jobs.apps import send_task_finished\n"
+        "from durable_jobs.models import Job\n"
+        "assert send_task_finished in hooks.finish_hooks\n"
+        "plain = Job(name='plain')\n"
+        "assert plain.task_backend is None\n"
+        "send_task_finished(plain, None, None)  # the end of a job that is not a task's\n"
+        "loaded = sorted(m for m in sys.modules if m.startswith('durable_jobs.backends'))\n"
+        "print('loaded:', loaded)\n"
+    )
+    assert run_python(code) == "loaded: []"
+
+
+def run_python(code: str) -> str:
+    """What ``code`` prints, run by a fresh interpreter (Django not set up yet)."""
     out = subprocess.run(
         [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60
     )
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "models: []"
+    return out.stdout.strip()
 
 
 def test_check_errors_without_the_app_and_warns_of_undeclared_queues() -> None:
