@@ -11,8 +11,11 @@ from typing import Any
 import pytest
 from django.db import connection, transaction
 from django.test import override_settings
+from django.test.utils import CaptureQueriesContext
 
 import durable_jobs
+from durable_jobs.db import engine_for
+from durable_jobs.lifecycle.transitions import settle_and_claim
 from durable_jobs.models import Job
 from durable_jobs.states import State, claim
 from durable_jobs.worker import Worker
@@ -71,6 +74,33 @@ def test_the_relaxed_setting_ends_with_the_transaction() -> None:
     with connection.cursor() as cursor:
         cursor.execute("SHOW synchronous_commit")
         assert cursor.fetchone()[0] == "on"
+
+
+def test_a_relaxed_pass_is_one_statement_and_ends_its_setting_with_it() -> None:
+    """A loop pass of one claim commits on its own: relaxed, it carries the setting in its
+    statement (set_config, local to that statement's transaction) instead of a BEGIN,
+    SET LOCAL and COMMIT around it, and the session is durable again after it."""
+    durable_jobs.enqueue_many([jobs.add.prepare(a=i) for i in range(3)])
+    engine = engine_for(connection.alias)
+    with (
+        override_settings(DURABLE_JOBS={"SYNCHRONOUS_COMMIT": False}),
+        CaptureQueriesContext(connection) as seen,
+        engine.pass_transaction(one_claim=True),
+    ):
+        assert connection.get_autocommit()  # no transaction around the statement
+        writes = settle_and_claim([], queue="default", limit=2, node_id=None, lease_seconds=30)
+    assert len(writes.leased) == 2
+    assert [q["sql"] for q in seen.captured_queries if "set_config" in q["sql"]], seen
+    assert not [q for q in seen.captured_queries if RELAX in q["sql"]]
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW synchronous_commit")
+        assert cursor.fetchone()[0] == "on"
+    # Durable (the default), the same pass carries no setting at all.
+    with CaptureQueriesContext(connection) as seen:
+        settle_and_claim([], queue="default", limit=1, node_id=None, lease_seconds=30)
+    assert seen.captured_queries
+    assert not [q for q in seen.captured_queries if "set_config" in q["sql"]]
+    assert Job.objects.filter(state=State.LEASED).count() == 3
 
 
 def wal_syncs() -> int:

@@ -1,17 +1,18 @@
 """How the worker's own transactions commit: durably (the default), or without waiting
 for PostgreSQL's WAL flush (``DURABLE_JOBS["SYNCHRONOUS_COMMIT"] = False``).
 
-Where a flush is slow (network disks) it is a large part of every loop pass; on a local
-SSD the ``SET`` costs about what it saves (``benchmarks/passes.py`` measures both). Without
-the wait, a database crash (not a worker crash,
-not a restart) may lose the last fraction of a second of the worker's commits: a lost
-claim runs its job again, still at least once, and the run that was under way may
-leave no attempt row; a lost outcome leaves its job leased, to be rescued. Enqueues
-are never relaxed: they commit in the project's own transactions.
+Where a flush is slow (network disks) it is a large part of every loop pass
+(``benchmarks/passes.py`` measures both modes). Without the wait, a database crash (not
+a worker crash, not a restart) may lose the last fraction of a second of the worker's
+commits: a lost claim runs its job again, still at least once, and the run that was
+under way may leave no attempt row; a lost outcome leaves its job leased, to be
+rescued. Enqueues are never relaxed: they commit in the project's own transactions.
 
 ``SET LOCAL``, not a session setting: it ends with the transaction, so it never leaks
 to other clients through a pooler in transaction mode (PgBouncer), nor to anything
-else the worker's connection runs.
+else the worker's connection runs. A loop pass that is one statement in autocommit
+carries the same setting inside that statement instead (``set_config(..., true)``, see
+:data:`durable_jobs.db.postgresql_sql.RELAX_JOIN`), so that relaxing it adds no round trip.
 """
 
 from __future__ import annotations

@@ -60,8 +60,8 @@ class PostgreSQLEngine(Engine):
 
     def __init__(self, alias: str) -> None:
         super().__init__(alias)
-        #: PASS_SQL per claim limit, for the loop's passes.
-        self._pass_statements: dict[int, str] = {}
+        #: PASS_SQL per claim limit and commit mode (relaxed or not), for the loop's passes.
+        self._pass_statements: dict[tuple[int, bool], str] = {}
 
     @contextlib.contextmanager
     def write_transaction(self, *, savepoint: bool = True) -> Iterator[None]:
@@ -172,10 +172,15 @@ class PostgreSQLEngine(Engine):
         self, settlements: Sequence[Settlement], request: ClaimRequest
     ) -> tuple[str, dict[str, Any]]:
         """A pass's text and parameters (``benchmarks/scale.py`` EXPLAINs them too)."""
-        statement = self._pass_statements.get(request.limit)
+        # Relaxed in the statement only where it commits on its own: in a transaction,
+        # pass_transaction() has relaxed the commit already (or the caller's transaction
+        # is not the pass's to relax).
+        relaxed = not get_settings().synchronous_commit and not self.connection.in_atomic_block
+        key = (request.limit, relaxed)
+        statement = self._pass_statements.get(key)
         if statement is None:
             parts = tuple(self.claim_parts(request, guarded=True).items())
-            statement = self._pass_statements[request.limit] = pass_sql(parts)
+            statement = self._pass_statements[key] = pass_sql(parts, relaxed=relaxed)
         params = self.claim_params(request)
         params["outcomes"] = outcome_rows.encode(settlements, outcome_rows.iso_time, str)
         params["settled"] = [settlement.job_id for settlement in settlements]
@@ -188,12 +193,12 @@ class PostgreSQLEngine(Engine):
 
     def pass_transaction(self, *, one_claim: bool) -> contextlib.AbstractContextManager[None]:
         # A pass of one claim is one statement (PASS_SQL), which commits on its own,
-        # without BEGIN and COMMIT round trips; relaxed commits need SET LOCAL, so a
-        # transaction.
-        if not get_settings().synchronous_commit:
-            return self._relaxed_transaction()
+        # without BEGIN and COMMIT round trips, relaxed or not (see RELAX_JOIN); other
+        # passes are transactions, whose relaxed commits need SET LOCAL.
         if one_claim:
             return contextlib.nullcontext()
+        if not get_settings().synchronous_commit:
+            return self._relaxed_transaction()
         return self.write_transaction(savepoint=False)
 
     @contextlib.contextmanager

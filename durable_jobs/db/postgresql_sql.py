@@ -115,8 +115,16 @@ SELECT leased.*, recorded.jobs AS recorded_jobs, recorded.attempts AS recorded_a
     keyed.picks AS keyed_picks
 FROM (SELECT array_agg(job_id) AS jobs, array_agg(id) AS attempts FROM recorded) AS recorded
 CROSS JOIN (SELECT count(*) AS picks FROM picked WHERE concurrency_key IS NOT NULL) AS keyed
-LEFT JOIN leased ON true
+{{relax}}LEFT JOIN leased ON true
 """
+
+# With DURABLE_JOBS["SYNCHRONOUS_COMMIT"] = False, a pass in autocommit relaxes its own
+# commit: set_config(..., true) is SET LOCAL's function form, and a statement in
+# autocommit is a transaction of its own, which commits after the statement has run. So
+# the commit does not wait for the WAL flush, the setting ends with it (nothing leaks to
+# the session, or through a pooler), and the pass stays one round trip: no BEGIN, SET
+# LOCAL and COMMIT around it.
+RELAX_JOIN = "CROSS JOIN (SELECT set_config('synchronous_commit', 'off', true)) AS relaxed\n"
 
 
 def quote(name: str) -> str:
@@ -150,9 +158,15 @@ def _settle_parts() -> dict[str, str]:
 
 
 @functools.cache
-def pass_sql(claim_parts: tuple[tuple[str, str], ...]) -> str:
-    """PASS_SQL with a claim's pieces (:meth:`Engine.claim_parts`, as items)."""
-    return PASS_SQL.format(**_settle_parts(), **dict(claim_parts), lease_set=sql.lease_set("job."))
+def pass_sql(claim_parts: tuple[tuple[str, str], ...], *, relaxed: bool = False) -> str:
+    """PASS_SQL with a claim's pieces (:meth:`Engine.claim_parts`, as items); ``relaxed``:
+    committing without waiting for the WAL flush (:data:`RELAX_JOIN`)."""
+    return PASS_SQL.format(
+        **_settle_parts(),
+        **dict(claim_parts),
+        lease_set=sql.lease_set("job."),
+        relax=RELAX_JOIN if relaxed else "",
+    )
 
 
 @functools.cache
