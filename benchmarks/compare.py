@@ -496,6 +496,7 @@ def main(argv: list[str]) -> int:
             f"(dropdb -h {options.pg_host} -U {options.pg_user} NAME, or DROP DATABASE NAME "
             "on MariaDB/MySQL) and run again"
         )
+    harness.compile_sources()
     try:
         for adapter in adapters:
             adapter.prepare()

@@ -1046,6 +1046,7 @@ def main(argv: list[str]) -> int:
     if options.phase:
         return run_phase(options)
     signal.signal(signal.SIGTERM, harness.raise_system_exit)
+    harness.compile_sources()
     vendors = ["sqlite", "postgres"] if options.db == "both" else [options.db]
     results = {vendor: run_database(vendor, options) for vendor in vendors}
     block = render(results, options, argv)
