@@ -34,7 +34,8 @@ class DurableJobsConfig(AppConfig):
         connection_created.connect(configure_connection, dispatch_uid="durable_jobs.sqlite")
         add_finish_hook(record_job_outcome)
         if tasks_framework_installed():
-            self.connect_task_finished()
+            # Django's task_finished, when a task's job ends (durable_jobs.backends).
+            add_finish_hook(send_task_finished)
         # Handlers register themselves when each installed app's jobs.py is imported.
         autodiscover_modules("jobs")
         self.install_tracing()
@@ -55,12 +56,6 @@ class DurableJobsConfig(AppConfig):
             from durable_jobs.contrib import opentelemetry
 
             opentelemetry.install()
-
-    def connect_task_finished(self) -> None:
-        """Send Django's ``task_finished`` when a task's job ends (durable_jobs.backends)."""
-        from durable_jobs.hooks import add_finish_hook
-
-        add_finish_hook(send_task_finished)
 
     def start_inline_worker(self) -> None:
         """In ``manage.py runserver``'s server process, a worker (``INLINE_WORKER``)."""
