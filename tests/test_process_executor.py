@@ -15,6 +15,7 @@ import signal
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from multiprocessing.connection import wait
 from typing import Any
 
 import pytest
@@ -249,9 +250,10 @@ def test_a_child_killed_while_idle_is_replaced_for_the_next_job() -> None:
     with process_worker(concurrency=1) as worker:
         (slot,) = _process_slots(worker)
         wait_for(lambda: slot.child is not None and slot.child.ready, what="a ready child")
-        idle_pid = slot.child.pid
+        idle = slot.child
+        idle_pid = idle.pid
         os.kill(idle_pid, signal.SIGKILL)
-        wait_for(lambda: not alive_unreaped(idle_pid), timeout=10, what="the child dead")
+        wait_for(lambda: wholly_gone(idle), timeout=10, what="the child dead")
         job_id = jobs.proc_pid.using(queue="processes").delay().pk
         wait_for(lambda: final(job_id), what="the job done")
     (attempt,) = attempts(job_id)
@@ -259,13 +261,14 @@ def test_a_child_killed_while_idle_is_replaced_for_the_next_job() -> None:
     assert pids([job_id]) != [idle_pid]
 
 
-def alive_unreaped(pid: int) -> bool:
-    """Running (a zombie waiting to be reaped counts as dead)."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
+def wholly_gone(child: Any) -> bool:
+    """Every thread of it has exited, and so its end of the pipe is closed.
+
+    Not "its /proc state is Z": a killed process's main thread can be a zombie while
+    its other threads (the child's parent watch) still hold its files open, and a job
+    sent then is taken by the dying child rather than refused.
+    """
+    return bool(wait([child.process.sentinel], 0))
 
 
 def test_a_child_past_max_memory_is_replaced_after_its_job() -> None:
