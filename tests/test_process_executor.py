@@ -30,7 +30,7 @@ from durable_jobs.states import State
 from durable_jobs.validate import parse_size
 from durable_jobs.worker import Worker
 from durable_jobs.worker.executors import Executors, database_names
-from durable_jobs.worker.process_pool import KILL_GRACE
+from durable_jobs.worker.process_pool import KILL_GRACE, ChildProcess
 from tests.conftest import WorkerProcesses, logs_of, wait_until
 from tests.testapp import jobs
 from tests.testapp.models import SideEffect
@@ -261,7 +261,7 @@ def test_a_child_killed_while_idle_is_replaced_for_the_next_job() -> None:
     assert pids([job_id]) != [idle_pid]
 
 
-def wholly_gone(child: Any) -> bool:
+def wholly_gone(child: ChildProcess) -> bool:
     """Every thread of it has exited, and so its end of the pipe is closed.
 
     Not "its /proc state is Z": a killed process's main thread can be a zombie while
