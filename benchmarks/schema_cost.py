@@ -1,16 +1,19 @@
-"""What each full index of the job and attempt tables costs a drain, on PostgreSQL.
+"""What the full indexes and the CHECK constraints of the job tables cost a drain, on
+PostgreSQL.
 
-    python benchmarks/index_cost.py [--jobs N] [--rounds N] [--pg-dbname NAME]
+    python benchmarks/schema_cost.py [--jobs N] [--rounds N] [--pg-dbname NAME]
 
 A drained job's row is written twice (leased, then settled) and an attempt row is
 inserted. Both updates change the state, which every claim-side index depends on, so
 neither can be a HOT update: each adds an entry to every full index of the job table,
 and to each partial index whose condition the new row meets. The indexes the worker
 needs are partial and small; the full ones serve the admin, the ``jobs`` command and
-enqueue-time uniqueness. This benchmark measures the write side of "does each index earn
-its write": the schema as migrated, then without each full index in turn (the
-idempotency key's unique index made partial, over non-NULL keys, rather than dropped),
-then without all of them. For each, one worker process at concurrency 10
+enqueue-time uniqueness. Each write also evaluates the table's CHECK constraints, whose
+expressions PostgreSQL prepares again for every statement. This benchmark measures the
+write side of "does each index earn its write": the schema as migrated, then without
+each full index in turn (the idempotency key's unique index made partial, over non-NULL
+keys, rather than dropped), then without all of them, then without the CHECK
+constraints. For each, one worker process at concurrency 10
 (``runworker --burst``) drains N no-op jobs enqueued beforehand, and the report gives
 the PostgreSQL server's CPU time per 1,000 jobs (every ``postgres`` process, read from
 ``/proc`` as ``compare.py`` does, from the worker's start to its exit; nothing else
@@ -55,6 +58,16 @@ DROPPED = {
     "durable_job_state_queue_idx": "the admin's state and queue filters, a queue's lag",
     "durable_attempt_finished_idx": "the overview's per-handler history",
 }
+CHECKS = {
+    JOB: (
+        "durable_job_priority_range",
+        "durable_job_state_valid",
+        "durable_jobs_job_attempts_check",
+        "durable_jobs_job_concurrency_limit_check",
+        "durable_jobs_job_max_retries_check",
+    ),
+    ATTEMPT: ("durable_jobs_attempt_number_check",),
+}
 #: Each variant: the statements run after migrating, and what the dropped index served.
 VARIANTS: dict[str, tuple[tuple[str, ...], str]] = {
     "as migrated": ((), ""),
@@ -62,7 +75,14 @@ VARIANTS: dict[str, tuple[tuple[str, ...], str]] = {
     **{f"without {name}": ((f"DROP INDEX {name}",), use) for name, use in DROPPED.items()},
     "all of the above": (
         PARTIAL_KEY + tuple(f"DROP INDEX {name}" for name in DROPPED),
-        "all of the above",
+        "",
+    ),
+    "without the CHECK constraints": (
+        tuple(
+            f"ALTER TABLE {table} " + ", ".join(f"DROP CONSTRAINT {name}" for name in names)
+            for table, names in CHECKS.items()
+        ),
+        "the database's own guard on states, priorities and counts",
     ),
 }
 
@@ -139,9 +159,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     harness.add_postgres_arguments(
         parser,
-        dbname="durable_jobs_bench_index_cost",
+        dbname="durable_jobs_bench_schema_cost",
         dbname_help="The benchmark's own database, dropped and created again "
-        "(default durable_jobs_bench_index_cost).",
+        "(default durable_jobs_bench_schema_cost).",
     )
     parser.add_argument("--phase", choices=list(VARIANTS), help=argparse.SUPPRESS)
     options = parser.parse_args()
@@ -162,7 +182,7 @@ def main() -> None:
     )
     base = statistics.median(r["db_cpu_s"] for r in rounds["as migrated"])
     print("\n| Schema | PostgreSQL CPU per 1,000 jobs (s) | vs. as migrated | Drain (jobs/s) "
-          "| What the index serves |")  # fmt: skip
+          "| What it serves |")  # fmt: skip
     print("| --- | ---: | ---: | ---: | --- |")
     for variant, results in rounds.items():
         seconds = statistics.median(r["db_cpu_s"] for r in results)
