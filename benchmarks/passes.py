@@ -18,7 +18,15 @@ each one is timed there:
   for the server's answer (the round trip, the server's work and the commit's flush);
   the rest of the pass is the pass thread's Python;
 * **loop busy**: the loop thread's time not spent waiting for a wake-up (collecting
-  results, recording outcomes, dispatching jobs), per pass.
+  results, recording outcomes, dispatching jobs), per pass;
+* **handlers**: the pool threads' time running jobs (the handler and what the worker does
+  around it), per pass;
+* **turn**: the loop's whole run divided by the passes: the time between one pass's
+  start and the next's. With no-op jobs, the pieces above take turns for the GIL rather
+  than overlap, so the turn less the pass, the loop's work and the handlers is the time
+  lost handing over between threads (a wake-up, the GIL changing hands). Jobs that run
+  while a pass waits for the server overlap it, and make that figure smaller (or
+  negative): it means something only for jobs shorter than a pass.
 
 With no-op jobs a concurrency-10 worker is bound by its passes and its Python: its rate
 is about the jobs per pass divided by the time between passes. For comparison, the
@@ -52,11 +60,13 @@ PHASE_TIMEOUT = 900
 
 
 class Timers:
-    """Seconds spent in each timed call, and how many calls, by name."""
+    """Seconds spent in each timed call, and how many calls, by name (from any thread)."""
 
     def __init__(self) -> None:
         self.seconds: dict[str, float] = defaultdict(float)
         self.calls: dict[str, int] = defaultdict(int)
+        # The pool threads add to the same timer: ``+=`` on a dict item is not atomic.
+        self._lock = threading.Lock()
 
     def wrap(self, name: str, func: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(func)
@@ -65,8 +75,10 @@ class Timers:
             try:
                 return func(*args, **kwargs)
             finally:
-                self.seconds[name] += time.perf_counter() - started
-                self.calls[name] += 1
+                spent = time.perf_counter() - started
+                with self._lock:
+                    self.seconds[name] += spent
+                    self.calls[name] += 1
 
         return timed
 
@@ -102,6 +114,9 @@ def measure(jobs: int, concurrency: int) -> dict[str, Any]:
         write_pass(work)
 
     worker._write_pass = timers.wrap("database pass", timed_pass)  # type: ignore[method-assign]
+    # Both looked up when the worker starts: the loop, and the pool threads' work.
+    worker._loop = timers.wrap("loop", worker._loop)  # type: ignore[method-assign]
+    worker._work = timers.wrap("handlers", worker._work)  # type: ignore[method-assign]
     restore = [
         patch_on_thread(passes_module, "settle_and_claim", "statements", pass_thread, timers),
         patch_on_thread(BaseDatabaseWrapper, "commit", "commit", pass_thread, timers),
@@ -127,7 +142,7 @@ def measure(jobs: int, concurrency: int) -> dict[str, Any]:
         raise SystemExit(f"{done} of {jobs} jobs completed")
     passes = timers.calls["database pass"]
     per_pass = {name: seconds / passes * 1000 for name, seconds in timers.seconds.items()}
-    per_pass["loop busy"] = (elapsed - timers.seconds["loop waiting"]) / passes * 1000
+    per_pass["loop busy"] = per_pass["loop"] - per_pass["loop waiting"]
     return {
         "vendor": connection.vendor,
         "jobs": jobs,
@@ -205,6 +220,11 @@ def print_result(result: dict[str, Any]) -> None:
         python = per_pass["database pass"] - per_pass["waiting for the server"]
         print(f"| the pass thread's Python | {python:.3f} |")
     print(f"| loop thread busy | {per_pass['loop busy']:.3f} |")
+    print(f"| handlers, on the pool threads | {per_pass['handlers']:.3f} |")
+    print(f"| turn: from a pass's start to the next's | {per_pass['loop']:.3f} |")
+    rest = per_pass["loop"] - per_pass["database pass"] - per_pass["loop busy"]
+    rest -= per_pass["handlers"]
+    print(f"| the turn less the pass, the loop's work and the handlers | {rest:.3f} |")
     ref = result["reference"]
     print(
         f"\nOn the same connection: a round trip (`SELECT 1`) takes "
