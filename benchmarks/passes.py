@@ -22,11 +22,13 @@ each one is timed there:
 * **handlers**: the pool threads' time running jobs (the handler and what the worker does
   around it), per pass;
 * **turn**: the loop's whole run divided by the passes: the time between one pass's
-  start and the next's. With no-op jobs, the pieces above take turns for the GIL rather
-  than overlap, so the turn less the pass, the loop's work and the handlers is the time
-  lost handing over between threads (a wake-up, the GIL changing hands). Jobs that run
-  while a pass waits for the server overlap it, and make that figure smaller (or
-  negative): it means something only for jobs shorter than a pass.
+  start and the next's. When every pass claims every slot (jobs per claim equal to the
+  concurrency, as with no-op jobs), no job runs while a pass is in flight and the pieces
+  above take turns for the GIL rather than overlap. The turn less the pass, the loop's
+  work and the handlers is then what no timer covers: the threads handing over to each
+  other (a wake-up, the GIL changing hands) and the pool's own bookkeeping around each
+  job. Otherwise jobs overlap the passes, and that figure shrinks or goes negative. The
+  timers are wall-clock: a wait for the GIL inside a timed call counts in that call.
 
 With no-op jobs a concurrency-10 worker is bound by its passes and its Python: its rate
 is about the jobs per pass divided by the time between passes. For comparison, the
@@ -142,7 +144,7 @@ def measure(jobs: int, concurrency: int) -> dict[str, Any]:
         raise SystemExit(f"{done} of {jobs} jobs completed")
     passes = timers.calls["database pass"]
     per_pass = {name: seconds / passes * 1000 for name, seconds in timers.seconds.items()}
-    per_pass["loop busy"] = per_pass["loop"] - per_pass["loop waiting"]
+    per_pass["loop busy"] = per_pass["loop"] - per_pass.get("loop waiting", 0.0)
     return {
         "vendor": connection.vendor,
         "jobs": jobs,
@@ -220,10 +222,10 @@ def print_result(result: dict[str, Any]) -> None:
         python = per_pass["database pass"] - per_pass["waiting for the server"]
         print(f"| the pass thread's Python | {python:.3f} |")
     print(f"| loop thread busy | {per_pass['loop busy']:.3f} |")
-    print(f"| handlers, on the pool threads | {per_pass['handlers']:.3f} |")
-    print(f"| turn: from a pass's start to the next's | {per_pass['loop']:.3f} |")
-    rest = per_pass["loop"] - per_pass["database pass"] - per_pass["loop busy"]
-    rest -= per_pass["handlers"]
+    handlers, turn = per_pass.get("handlers", 0.0), per_pass["loop"]
+    print(f"| handlers, on the pool threads | {handlers:.3f} |")
+    print(f"| turn: from a pass's start to the next's | {turn:.3f} |")
+    rest = turn - per_pass["database pass"] - per_pass["loop busy"] - handlers
     print(f"| the turn less the pass, the loop's work and the handlers | {rest:.3f} |")
     ref = result["reference"]
     print(
@@ -266,6 +268,8 @@ def main() -> None:
     )
     parser.add_argument("--phase", choices=["sqlite", "postgres"], help=argparse.SUPPRESS)
     options = parser.parse_args()
+    if options.jobs < 1 or options.concurrency < 1:
+        parser.error("--jobs and --concurrency must be at least 1")
     if options.phase:
         harness.print_phase_result(measure(options.jobs, options.concurrency))
         return
