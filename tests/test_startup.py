@@ -14,11 +14,12 @@ ROOT = Path(__file__).resolve().parent.parent
 # Django set up, the system checks run (they look up the jobs' database engine) and the
 # worker imported, as `manage.py runworker` does before its first claim.
 STARTUP = """
+import io
 import sys
 import django
 django.setup()
 from django.core.management import call_command
-call_command("check", stdout=open("/dev/null", "w"))
+call_command("check", stdout=io.StringIO())
 import durable_jobs.worker.worker
 print(sorted(name for name in ("psycopg", "MySQLdb") if name in sys.modules))
 """
