@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.conftest import ROOT
 
 # Django set up, the system checks run (they look up the jobs' database engine) and the
 # worker imported, as `manage.py runworker` does before its first claim.
